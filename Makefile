@@ -1,0 +1,50 @@
+# Every target installs what it needs: Python packages (uv.lock), Spark's JVM packages
+# (tools/jars/pom.xml) and the local control plane's binaries (tools/{kube,etcd,helm}).
+# Heavy outputs are cached per version under $(PP_CACHE); .cache/ holds links and run state.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+PYTHON ?= python3.11
+export PP_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/persistent-pipelines
+UV_VERSION := 0.13.9
+UV := $(PP_CACHE)/uv-$(UV_VERSION)/bin/uv
+PY := .venv/bin/python
+PYSPARK_JARS = $(shell $(PY) -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+PYTEST := $(PY) -m pytest
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: help
+help: ## List the targets with one line each.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-20s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+## ---- set-up -------------------------------------------------------------------------
+
+$(UV):
+	@echo ">>> installing uv $(UV_VERSION) into $(PP_CACHE)"
+	$(PYTHON) -m venv $(PP_CACHE)/uv-$(UV_VERSION)
+	$(PP_CACHE)/uv-$(UV_VERSION)/bin/pip install --quiet uv==$(UV_VERSION)
+
+.venv/.synced: uv.lock pyproject.toml | $(UV)
+	@echo ">>> installing the locked Python packages into .venv"
+	$(UV) sync --frozen --python $(PYTHON)
+	@touch $@
+
+.PHONY: venv
+venv: .venv/.synced ## Create .venv from uv.lock (pinned; no resolution happens).
+
+.PHONY: lock
+lock: | $(UV) ## Re-resolve uv.lock after editing pyproject.toml.
+	$(UV) lock --python $(PYTHON)
+
+.PHONY: jars
+jars: venv ## Fetch Delta Lake, hadoop-aws, the AWS SDK and spark-hadoop-cloud into .cache/jars.
+	@tools/jars/install.sh $(PYSPARK_JARS)
+
+.PHONY: bins
+bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd and helm into .cache/bin.
+	@tools/build-go-tools.sh
+
+.PHONY: setup
+setup: venv jars bins ## Install everything the tests and the demo need (idempotent, cached).
