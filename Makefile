@@ -48,3 +48,17 @@ bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd and helm i
 
 .PHONY: setup
 setup: venv jars bins ## Install everything the tests and the demo need (idempotent, cached).
+
+## ---- the local control plane --------------------------------------------------------
+
+.PHONY: cluster-up
+cluster-up: setup ## Start etcd, kube-apiserver, kube-controller-manager, the node agent and the S3 server on loopback.
+	$(PY) -m localcluster up
+
+.PHONY: cluster-down
+cluster-down: ## Stop everything cluster-up started (by process id) and keep its data.
+	@if [ -x $(PY) ]; then $(PY) -m localcluster down; fi
+
+.PHONY: cluster-clean
+cluster-clean: cluster-down ## Stop the local cluster and delete its data (.cache/cluster).
+	rm -rf .cache/cluster
