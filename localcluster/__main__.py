@@ -1,0 +1,44 @@
+"""`python -m localcluster up|down|status|env`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from localcluster.cluster import Cluster, ClusterError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
+    parser.add_argument("command", choices=("up", "down", "status", "env"))
+    args = parser.parse_args(argv)
+    cluster = Cluster()
+    try:
+        if args.command == "up":
+            info = cluster.ensure_up()
+            print(f"export KUBECONFIG={info.kubeconfig}")
+        elif args.command == "down":
+            cluster.down()
+        elif args.command == "status":
+            return _status(cluster)
+        else:
+            for key, value in cluster.info().env().items():
+                print(f"export {key}={shlex.quote(value)}")
+    except ClusterError as e:
+        print(f"localcluster: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _status(cluster: Cluster) -> int:
+    statuses = cluster.status()
+    for s in statuses:
+        state = "healthy" if s.healthy else ("alive, not healthy" if s.alive else "stopped")
+        where = f"127.0.0.1:{s.port}" if s.port else "-"
+        print(f"{s.name:<24} {where:<16} pid {s.pid or '-':<8} {state}")
+    return 0 if all(s.healthy for s in statuses) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Log tails and following, and process identity."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from localcluster import procs
+from localcluster.kubelet.logs import stream_log, tail_offset
+
+
+@pytest.mark.parametrize(
+    ("content", "lines", "tail"),
+    [
+        (b"a\nb\nc\n", 2, b"b\nc\n"),
+        (b"a\nb\nc", 2, b"b\nc"),
+        (b"a\nb\nc\n", 10, b"a\nb\nc\n"),
+        (b"a\nb\nc\n", 0, b""),
+        (b"", 3, b""),
+    ],
+)
+def test_tail_offset(tmp_path: Path, content: bytes, lines: int, tail: bytes) -> None:
+    path = tmp_path / "0.log"
+    path.write_bytes(content)
+    assert content[tail_offset(path, lines) :] == tail
+
+
+def test_tail_offset_across_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(1000)))
+    assert path.read_bytes()[tail_offset(path, 3, block=16) :] == b"line 997\nline 998\nline 999\n"
+
+
+def test_stream_log_limits_bytes_and_follows_until_the_run_ends(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    path.write_bytes(b"hello\n")
+    chunks = stream_log(path, tail_lines=None, limit_bytes=3, follow=False, still_running=lambda: False)
+    assert b"".join(chunks) == b"hel"
+    writes = iter([b"more\n", b""])
+
+    def still_running() -> bool:
+        data = next(writes)
+        with open(path, "ab") as f:
+            f.write(data)
+        return bool(data)
+
+    chunks = stream_log(path, tail_lines=None, limit_bytes=None, follow=True, still_running=still_running)
+    assert b"".join(chunks) == b"hello\nmore\n"
+
+
+def test_start_ticks_survive_odd_command_names() -> None:
+    line = "123 (a) b (c)) S 1 123 123 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 50"
+    assert procs.parse_start_ticks(line) == 98765
+
+
+def test_a_record_matches_only_the_same_process() -> None:
+    record = procs.ProcessRecord.of(os.getpid())
+    assert procs.is_alive(record)
+    assert not procs.is_alive(procs.ProcessRecord(os.getpid(), record.start_ticks + 1))
