@@ -1,0 +1,96 @@
+"""From a pod's container spec to the exact process to start. Pure.
+
+Processes run as root on the host, in the host network; the container's view differs
+from the host's only by its bind mounts. Defaults that would touch the host's own
+folders are moved into the pod's folder: the working directory defaults to a private
+folder of the container rather than `/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localcluster.kubelet.envvars import expand
+from localcluster.kubelet.images import ImageConfig, compose_argv
+from localcluster.kubelet.volumes import Mount, VolumePlan, plan_mounts
+
+JsonDict = dict[str, Any]
+
+# Docker's default PATH for images that set none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Host variables a container inherits: what host binaries (java, locales) need to work.
+HOST_PASSTHROUGH = ("JAVA_HOME", "LANG", "LC_ALL", "TZ")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    mounts: Sequence[Mount]
+    log_path: Path
+    work_dir: Path
+    """A private folder of this container on the host: plan and pid files."""
+
+
+def pod_log_dir(root: Path, namespace: str, pod: str, uid: str) -> Path:
+    """As kubelet's /var/log/pods/<namespace>_<pod>_<uid>."""
+    return root / f"{namespace}_{pod}_{uid}"
+
+
+def container_log(root: Path, namespace: str, pod: str, uid: str, container: str, restart: int) -> Path:
+    """One file per run of the container: <container>/<restartCount>.log."""
+    return pod_log_dir(root, namespace, pod, uid) / container / f"{restart}.log"
+
+
+class LaunchError(Exception):
+    """Kubelet's CreateContainerError."""
+
+
+@dataclass(frozen=True)
+class PodPaths:
+    pod_dir: Path
+    """.cache/cluster/pods/<uid>"""
+    logs_root: Path
+    """.cache/cluster/logs/pods"""
+
+    def container_dir(self, container: str) -> Path:
+        return self.pod_dir / "containers" / container
+
+
+def base_env(pod: JsonDict, image: ImageConfig, host_env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """What a process sees before the pod's own env: Docker's defaults and the image's ENV."""
+    env = [("PATH", DEFAULT_PATH), ("HOSTNAME", pod["metadata"]["name"]), ("HOME", "/root")]
+    env += [(k, host_env[k]) for k in HOST_PASSTHROUGH if k in host_env]
+    return env + list(image.env)
+
+
+def build_launch(
+    pod: JsonDict,
+    container: JsonDict,
+    image: ImageConfig,
+    env: Mapping[str, str],
+    volumes: Mapping[str, VolumePlan],
+    paths: PodPaths,
+    restart_count: int,
+) -> LaunchSpec:
+    argv = compose_argv(image, container.get("command"), container.get("args"))
+    argv = [expand(a, env) for a in argv]
+    if not argv:
+        raise LaunchError(f'no command specified for container "{container["name"]}" and its image has none')
+    meta = pod["metadata"]
+    work_dir = paths.container_dir(container["name"])
+    cwd = container.get("workingDir") or image.working_dir or str(work_dir / "root")
+    return LaunchSpec(
+        argv=argv,
+        env=dict(env),
+        cwd=cwd,
+        mounts=plan_mounts(container, volumes, env),
+        log_path=container_log(
+            paths.logs_root, meta["namespace"], meta["name"], meta["uid"], container["name"], restart_count
+        ),
+        work_dir=work_dir,
+    )
