@@ -1,0 +1,59 @@
+"""The node agent's pure decisions: which pods it binds, restarts and back-off."""
+
+import pytest
+
+from localcluster.kubelet.node import HostFacts, lease_object, micro_time, node_object
+from localcluster.kubelet.pods import Backoff, should_restart
+from localcluster.node_agent import schedulable
+
+
+def pending(**spec: object) -> dict:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": dict(spec),
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_binds_pending_pods_of_the_default_scheduler_that_fit_the_node() -> None:
+    labels = {"kubernetes.io/os": "linux"}
+    assert schedulable(pending(), labels)
+    assert schedulable(pending(nodeSelector={"kubernetes.io/os": "linux"}), labels)
+    assert not schedulable(pending(nodeSelector={"gpu": "true"}), labels)
+    assert not schedulable(pending(schedulerName="volcano"), labels)
+    assert not schedulable(pending(nodeName="other"), labels)
+
+
+@pytest.mark.parametrize(
+    ("policy", "init", "code", "restart"),
+    [
+        ("Never", False, 1, False),
+        ("Always", False, 0, True),
+        ("OnFailure", False, 0, False),
+        ("OnFailure", False, 2, True),
+        ("Always", True, 0, False),
+        ("Always", True, 1, True),
+    ],
+)
+def test_restart_policy(policy: str, init: bool, code: int, restart: bool) -> None:
+    assert should_restart(policy, init, code) is restart
+
+
+def test_backoff_doubles_from_ten_seconds_to_five_minutes() -> None:
+    backoff, delays = Backoff(), []
+    current = 0.0
+    for _ in range(7):
+        current = backoff.next(current)
+        delays.append(current)
+    assert delays == [10, 20, 40, 80, 160, 300, 300]
+
+
+def test_node_reports_ready_with_its_kubelet_port_and_lease_micro_time() -> None:
+    facts = HostFacts(2, 1024, "6.1", "Debian", "amd64", "m", "b")
+    node = node_object("local-node", facts, 10250, now=0.0)
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready[0]["status"] == "True"
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+    assert lease_object("local-node", "uid", 1.5)["spec"]["renewTime"] == "1970-01-01T00:00:01.500000Z"
+    assert micro_time(0.25).endswith(".250000Z")
