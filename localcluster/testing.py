@@ -1,0 +1,96 @@
+"""Helpers for tests and the demo against the local cluster: polling with a deadline,
+kubectl, and small pod manifests.
+
+    from localcluster.testing import wait_for, kubectl, shell_pod
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from localcluster.cluster import ClusterInfo
+from localcluster.layout import Layout
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, every: float = 0.1) -> T:
+    """Polls until probe() returns something truthy and returns it; after the deadline,
+    fails with `what` and the last value seen. Never retries past the deadline."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last seen: {last!r})")
+
+
+def kubectl(info: ClusterInfo, *args: str, timeout: float = 30.0, layout: Layout | None = None) -> str:
+    """Runs the project's kubectl (.cache/bin) against the cluster; returns stdout, fails on error."""
+    binary = (layout or Layout.for_repo()).binary("kubectl")
+    result = subprocess.run(
+        [str(binary), f"--kubeconfig={info.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+        )
+    return result.stdout
+
+
+def shell_pod(
+    name: str,
+    script: str,
+    *,
+    image: str = "busybox:1.36",
+    restart: str = "Never",
+    volumes: list[dict[str, Any]] | None = None,
+    mounts: list[dict[str, Any]] | None = None,
+    grace_seconds: int = 10,
+    **container: Any,
+) -> dict[str, Any]:
+    """A one-container pod running `sh -c script`, or `python -c script` for python images."""
+    shell = ["python", "-c"] if image.startswith("python") else ["sh", "-c"]
+    main = {
+        "name": "main",
+        "image": image,
+        "command": [*shell, script],
+        "volumeMounts": mounts or [],
+        **container,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": grace_seconds,
+            "volumes": volumes or [],
+            "containers": [main],
+        },
+    }
+
+
+def phase_in(core: Any, namespace: str, name: str, *phases: str) -> Callable[[], Any]:
+    """A wait_for probe: the pod (a kubernetes.client.V1Pod, read with `core`, a CoreV1Api)
+    once its phase is one of `phases`, else None."""
+
+    def probe() -> Any:
+        found = core.read_namespaced_pod(name, namespace)
+        return found if found.status.phase in phases else None
+
+    return probe
+
+
+def host_path(path: Path) -> dict[str, Any]:
+    """A hostPath volume source for a folder, created if missing."""
+    return {"path": str(path), "type": "DirectoryOrCreate"}
