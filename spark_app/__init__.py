@@ -1,1 +1,38 @@
-"""placeholder"""
+"""spark_app: streaming PySpark pipelines that resume from their last snapshot.
+
+    import spark_app as sa
+
+    words = sa.io.csv.read("inputs/", schema="word STRING", persistent_id="words_source")
+    word_counts = words.groupBy("word").count()
+    sa.io.jsonlines.write(word_counts, "result.jsonlines")
+    sa.run(persistence_config=sa.persistence.Config.simple_config(
+        sa.persistence.Backend.filesystem("./state/")))
+
+The package is layered (and tests/unit/test_layers.py checks it): ``storage`` (backends),
+``state`` (the metadata log, leases, file indexes; no Spark), ``runtime`` (Spark), and
+this user-facing API. ``contract``, ``persistence``, ``storage`` and ``state`` import
+without pyspark, which is how the operator reads pipeline state.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from spark_app import persistence
+
+if TYPE_CHECKING:
+    from spark_app import io
+    from spark_app.api import run
+
+__all__ = ["io", "persistence", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    # Spark-facing parts load on first use, so that the operator can import the state
+    # layer without pyspark.
+    if name == "io":
+        return importlib.import_module("spark_app.io")
+    if name == "run":
+        return importlib.import_module("spark_app.api").run
+    raise AttributeError(f"module 'spark_app' has no attribute {name!r}")

@@ -1,0 +1,86 @@
+"""The spark_app command line.
+
+    python -m spark_app run PIPELINE.py [ARGS...]   run a pipeline file (or -m module)
+    python -m spark_app inspect URI [--json]        the latest commit stored at URI
+    python -m spark_app reset URI --yes             delete the stored state at URI
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from spark_app import contract
+from spark_app.persistence import Backend
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_app", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a pipeline file or module")
+    run.add_argument("-m", dest="module", action="store_true", help="PIPELINE is a module name")
+    run.add_argument("pipeline")
+    run.add_argument("args", nargs=argparse.REMAINDER)
+    for name, text in (("inspect", "print the latest commit of stored state"),
+                       ("reset", "delete stored state (metadata and snapshots)")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("uri", help="a state folder, or s3://bucket/prefix")
+        sub.add_argument("--snapshot-uri", help="snapshot storage, if not the same as URI")
+        sub.add_argument("--endpoint-url", default=os.environ.get(contract.S3_ENDPOINT))
+        sub.add_argument("--region", default=os.environ.get(contract.S3_REGION))
+        if name == "inspect":
+            sub.add_argument("--json", action="store_true", help="machine-readable output")
+            sub.add_argument("--sizes", action="store_true", help="also sum the stored bytes (lists everything)")
+        else:
+            sub.add_argument("--yes", action="store_true", help="really delete")
+    options = parser.parse_args(argv)
+    if options.command == "run":
+        from spark_app.entrypoint import run_pipeline
+
+        return run_pipeline(options.pipeline, options.args, module=options.module)
+    metadata = Backend.from_uri(options.uri, endpoint_url=options.endpoint_url, region=options.region)
+    snapshots = Backend.from_uri(options.snapshot_uri or options.uri, endpoint_url=options.endpoint_url,
+                                 region=options.region)
+    if options.command == "inspect":
+        return _inspect(metadata, snapshots, options.json, options.sizes)
+    return _reset(metadata, snapshots, options.yes)
+
+
+def _inspect(metadata: Backend, snapshots: Backend, as_json: bool, sizes: bool) -> int:
+    from spark_app.state.inspect import inspect, render
+    from spark_app.storage import StorageError
+
+    try:
+        report = inspect(metadata.storage(), snapshots.storage(), sizes=sizes)
+    except StorageError as error:
+        print(f"cannot read {metadata.root}: {error}", file=sys.stderr)
+        return contract.EXIT_MISCONFIGURED
+    print(json.dumps(report, indent=2, sort_keys=True) if as_json else render(report))
+    return 0
+
+
+def _reset(metadata: Backend, snapshots: Backend, yes: bool) -> int:
+    from spark_app.state.session import read_lease
+
+    storage = metadata.storage()
+    lease = read_lease(storage)
+    if lease is not None and lease.is_live(int(__import__("time").time() * 1000)):
+        print(f"refusing to reset: a live driver holds the state ({lease.holder.describe()}); stop it first",
+              file=sys.stderr)
+        return contract.EXIT_ALREADY_RUNNING
+    if not yes:
+        print(f"this deletes all stored state at {metadata.root} and {snapshots.root}; "
+              "run again with --yes to do it", file=sys.stderr)
+        return 1
+    removed = storage.delete_prefix("")
+    if snapshots != metadata:
+        removed += snapshots.storage().delete_prefix("")
+    print(f"deleted {removed} stored objects; the next run starts from empty state")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

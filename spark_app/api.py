@@ -1,0 +1,53 @@
+"""``spark_app.run``: start the declared pipeline and keep it running."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import warnings
+
+from spark_app import contract
+from spark_app.persistence import Backend, Config
+from spark_app.runtime.driver import Driver, RunOptions
+from spark_app.runtime.pipeline import current
+
+
+def run(
+    persistence_config: Config | None = None,
+    *,
+    trigger_interval_ms: int = 1000,
+    stop_when_idle: bool = False,
+) -> None:
+    """Runs every declared output until SIGTERM (or, with ``stop_when_idle``, until all
+    available input is processed), resuming from the stored state.
+
+    Without ``persistence_config`` the configuration injected by the operator is used; with
+    neither, state goes to a temporary folder and is lost when the process ends.
+    A failure ends the process with an exit code from ``spark_app.contract``.
+    """
+    _configure_logging()
+    config = persistence_config or _config_from_env()
+    options = RunOptions(trigger_interval_ms=trigger_interval_ms, stop_when_idle=stop_when_idle)
+    code = Driver(current(), config, options).run()
+    if code != contract.EXIT_OK:
+        sys.exit(code)
+
+
+def _config_from_env() -> Config:
+    if os.environ.get(contract.METADATA_URI):
+        return Config.from_env()
+    else:
+        folder = tempfile.mkdtemp(prefix="spark_app-state-")
+        warnings.warn(f"no persistence config given: state goes to {folder} and is lost when this process ends",
+                      stacklevel=3)
+        return Config.simple_config(Backend.filesystem(folder))
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)

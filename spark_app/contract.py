@@ -1,0 +1,155 @@
+"""The contract between the operator and the driver: which environment variables the
+operator injects into a driver pod, and how the driver reads them.
+
+Both sides import this module (the operator through ``spark_app.contract`` only, which
+needs neither pyspark nor boto3), and tests/unit/test_contract.py checks that what the
+operator's pod builder writes is what ``Config.from_env`` reads. Secrets never pass
+through here: S3 credentials reach the driver as the standard AWS variables, which the
+operator fills from a Secret with ``secretKeyRef``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+METADATA_URI = "SPARK_APP_METADATA_URI"
+SNAPSHOT_URI = "SPARK_APP_SNAPSHOT_URI"
+S3_ENDPOINT = "SPARK_APP_S3_ENDPOINT"
+S3_REGION = "SPARK_APP_S3_REGION"
+S3_PATH_STYLE = "SPARK_APP_S3_PATH_STYLE"
+SNAPSHOT_INTERVAL_MS = "SPARK_APP_SNAPSHOT_INTERVAL_MS"
+EPOCH = "SPARK_APP_EPOCH"
+PIPELINE = "SPARK_APP_PIPELINE"
+SPARK_CONF = "SPARK_APP_SPARK_CONF"
+DEAD_LETTER_URI = "SPARK_APP_DEAD_LETTER_URI"
+
+# The standard AWS variables; listed so that the operator and the tests name them once.
+AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+AWS_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+AWS_SESSION_TOKEN = "AWS_SESSION_TOKEN"
+
+ALL = (
+    METADATA_URI,
+    SNAPSHOT_URI,
+    S3_ENDPOINT,
+    S3_REGION,
+    S3_PATH_STYLE,
+    SNAPSHOT_INTERVAL_MS,
+    EPOCH,
+    PIPELINE,
+    SPARK_CONF,
+    DEAD_LETTER_URI,
+)
+
+
+# How a driver process ends; the operator reads these from the pod's exit code.
+EXIT_OK = 0
+"""Stopped cleanly (SIGTERM, or a run that stops when idle): the last batch is committed."""
+EXIT_FAILED = 1
+"""An unexpected failure: retrying may help."""
+EXIT_MISCONFIGURED = 2
+"""Retrying cannot help until something is changed: bad storage settings or credentials,
+a pipeline whose code no longer matches its stored state, a malformed pipeline."""
+EXIT_FENCED = 3
+"""A driver with a higher epoch took over, or this driver's epoch is stale."""
+EXIT_ALREADY_RUNNING = 4
+"""Another live driver holds the pipeline's lease (local runs only)."""
+
+TERMINATION_LOG = "/dev/termination-log"
+"""Where a driver writes its final one-line message (Kubernetes' terminationMessagePath)."""
+
+
+class ContractError(ValueError):
+    """An injected variable is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class InjectedConfig:
+    """Everything the operator tells a driver, as plain values."""
+
+    metadata_uri: str
+    """Where the metadata log and the lease live: a path, or s3://bucket/prefix."""
+    snapshot_uri: str
+    """Where Spark checkpoints, operator state and snapshots live; often the same as metadata_uri."""
+    snapshot_interval_ms: int
+    """How far the stored snapshot of state may fall behind; the changelog covers the rest."""
+    epoch: int | None = None
+    """The fencing token: a driver with a lower epoch can never commit after this one started."""
+    pipeline: str = ""
+    """namespace/name of the PersistentPipeline, shown as the lease holder."""
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_path_style: bool = False
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    """Extra Spark configuration (spark.master, executor settings, ...)."""
+    dead_letter_uri: str | None = None
+    """Where malformed input rows go; defaults to beside the first output."""
+
+    def to_env(self) -> dict[str, str]:
+        env = {
+            METADATA_URI: self.metadata_uri,
+            SNAPSHOT_URI: self.snapshot_uri,
+            SNAPSHOT_INTERVAL_MS: str(self.snapshot_interval_ms),
+            PIPELINE: self.pipeline,
+            S3_PATH_STYLE: "true" if self.s3_path_style else "false",
+        }
+        if self.epoch is not None:
+            env[EPOCH] = str(self.epoch)
+        if self.s3_endpoint:
+            env[S3_ENDPOINT] = self.s3_endpoint
+        if self.s3_region:
+            env[S3_REGION] = self.s3_region
+        if self.spark_conf:
+            env[SPARK_CONF] = json.dumps(dict(self.spark_conf), sort_keys=True)
+        if self.dead_letter_uri:
+            env[DEAD_LETTER_URI] = self.dead_letter_uri
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> InjectedConfig:
+        if not environ.get(METADATA_URI):
+            raise ContractError(
+                f"{METADATA_URI} is not set: the driver was not started by the operator; "
+                "pass a persistence config to spark_app.run() instead"
+            )
+        metadata_uri = environ[METADATA_URI]
+        return cls(
+            metadata_uri=metadata_uri,
+            snapshot_uri=environ.get(SNAPSHOT_URI) or metadata_uri,
+            snapshot_interval_ms=_positive_int(environ, SNAPSHOT_INTERVAL_MS, default=10_000),
+            epoch=_positive_int(environ, EPOCH, default=None),
+            pipeline=environ.get(PIPELINE, ""),
+            s3_endpoint=environ.get(S3_ENDPOINT) or None,
+            s3_region=environ.get(S3_REGION) or None,
+            s3_path_style=environ.get(S3_PATH_STYLE, "false").lower() == "true",
+            spark_conf=_json_object(environ, SPARK_CONF),
+            dead_letter_uri=environ.get(DEAD_LETTER_URI) or None,
+        )
+
+
+def _positive_int(environ: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ContractError(f"{name}={raw!r} is not an integer") from None
+    if value <= 0:
+        raise ContractError(f"{name}={raw!r} must be positive")
+    return value
+
+
+def _json_object(environ: Mapping[str, str], name: str) -> dict[str, str]:
+    raw = environ.get(name)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ContractError(f"{name} is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ContractError(f"{name} must be a JSON object of Spark settings")
+    return {str(k): str(v) for k, v in value.items()}

@@ -1,0 +1,97 @@
+"""The container entrypoint of the spark-app image, for drivers and Spark executors.
+
+    driver PIPELINE.py [ARGS...]    run a pipeline file (the operator's driver pods)
+    driver -m MODULE [ARGS...]      run a pipeline module
+    executor                        a Spark-on-Kubernetes executor (Spark's own contract)
+    anything else                   executed as a command
+
+The local cluster's node agent maps the image name to this same module, so the demo and
+the tests run the real entrypoint.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from spark_app import contract
+
+
+def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
+    """Runs a pipeline file or module as __main__; returns the exit code it ends with."""
+    os.environ["SPARK_APP_PIPELINE_FILE"] = target
+    sys.argv = [target, *args]
+    try:
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            if not os.path.exists(target):
+                message = f"pipeline file {target} does not exist"
+                print(message, file=sys.stderr)
+                _termination_message(message)
+                return contract.EXIT_MISCONFIGURED
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    return contract.EXIT_OK
+
+
+def _termination_message(message: str) -> None:
+    try:
+        with open(os.environ.get("SPARK_APP_TERMINATION_LOG", contract.TERMINATION_LOG), "w") as handle:
+            handle.write(message)
+    except OSError:
+        pass
+
+
+def _exec_executor() -> None:
+    """Starts a Spark executor the way Spark's Kubernetes entrypoint.sh does."""
+    import pyspark
+
+    spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    jars = os.path.join(spark_home, "jars", "*")
+    extra = os.environ.get("SPARK_APP_JARS_DIR")
+    classpath = ":".join([jars] + ([os.path.join(extra, "*")] if extra else []) +
+                         ([os.environ["SPARK_EXTRA_CLASSPATH"]] if os.environ.get("SPARK_EXTRA_CLASSPATH") else []))
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+    java_opts = [v for k, v in sorted(os.environ.items()) if k.startswith("SPARK_JAVA_OPT_")]
+    command = [
+        java, *java_opts,
+        f"-Xms{os.environ.get('SPARK_EXECUTOR_MEMORY', '1g')}", f"-Xmx{os.environ.get('SPARK_EXECUTOR_MEMORY', '1g')}",
+        "-cp", classpath,
+        "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend",
+        "--driver-url", os.environ["SPARK_DRIVER_URL"],
+        "--executor-id", os.environ["SPARK_EXECUTOR_ID"],
+        "--cores", os.environ.get("SPARK_EXECUTOR_CORES", "1"),
+        "--app-id", os.environ["SPARK_APPLICATION_ID"],
+        "--hostname", os.environ.get("SPARK_EXECUTOR_POD_IP", "127.0.0.1"),
+        "--resourceProfileId", os.environ.get("SPARK_RESOURCE_PROFILE_ID", "0"),
+        "--podName", os.environ.get("SPARK_EXECUTOR_POD_NAME", ""),
+    ]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.execvp(command[0], command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "driver":
+        if rest[:1] == ["-m"]:
+            return run_pipeline(rest[1], rest[2:], module=True)
+        if not rest:
+            print("driver needs a pipeline file", file=sys.stderr)
+            return contract.EXIT_MISCONFIGURED
+        return run_pipeline(rest[0], rest[1:])
+    if command == "executor":
+        _exec_executor()
+    os.execvp(command, argv)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

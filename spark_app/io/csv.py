@@ -1,0 +1,30 @@
+"""A folder of CSV files, polled continuously; new files are picked up as they appear."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from spark_app.runtime.pipeline import current
+
+
+def read(
+    path: str,
+    *,
+    schema: str,
+    persistent_id: str | None = None,
+    header: bool = True,
+    delimiter: str = ",",
+    quote: str = '"',
+    pattern: str = "*",
+) -> DataFrame:
+    """A streaming DataFrame of the rows of every CSV file under ``path`` (a folder or s3://…).
+
+    ``schema`` is a Spark DDL string ("word STRING, n INT"); with ``header`` the columns are
+    matched by name. Rows that do not fit the schema are set aside in the dead-letter
+    location with their error and counted; the pipeline goes on. ``persistent_id`` names the
+    source in the stored state: keep it stable across code changes. Files are read once
+    each, in order of arrival; write them under a temporary name (``.x`` or ``x.tmp``) and
+    rename them into place so that no half-written file is read.
+    """
+    options = {"header": str(header).lower(), "delimiter": delimiter, "quote": quote, "pattern": pattern}
+    return current().add_source("csv", path, schema, persistent_id, options)

@@ -1,0 +1,196 @@
+"""The pipeline being declared: its sources and outputs, and the SparkSession they use.
+
+User code declares sources and outputs through ``spark_app.io`` and then calls
+``spark_app.run``; like a dataflow graph, the declarations collect in the current
+``Pipeline``. The SparkSession is created on first use, from the environment the
+operator injected when there is one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_app import contract
+from spark_app.persistence import Backend, Config
+from spark_app.runtime.file_source import FORMAT_NAME, FileSource, input_option
+from spark_app.runtime.outputs import RESERVED_COLUMNS, DeltaOutput, JsonLinesOutput, Output
+from spark_app.runtime.plan import PlanFacts, analyze
+from spark_app.runtime.session import build_session, spark_conf
+from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
+
+log = logging.getLogger("spark_app")
+
+_RELATION_PID = re.compile(r"persistent_id=([A-Za-z0-9_.\-]+)")
+
+
+class PipelineError(Exception):
+    """The pipeline's declarations are inconsistent; the message says how to fix them."""
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    persistent_id: str
+    format: str
+    input: Backend
+    schema: str
+    generated_id: bool
+
+
+@dataclass
+class QuerySpec:
+    output: Output
+    df: DataFrame
+    facts: PlanFacts
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Pipeline:
+    def __init__(self) -> None:
+        self.sources: dict[str, SourceSpec] = {}
+        self.queries: dict[str, QuerySpec] = {}
+        self._spark: SparkSession | None = None
+        self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
+        atexit.register(shutil.rmtree, self._context_dir, True)
+        self.context_path = os.path.join(self._context_dir, "context.json")
+        self._generated = 0
+
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            self._spark = build_session(_initial_conf())
+            self._spark.dataSource.register(FileSource)
+        return self._spark
+
+    def add_source(self, fmt: str, path: str, schema: str, persistent_id: str | None,
+                   options: dict[str, str]) -> DataFrame:
+        spark = self.spark()
+        generated = persistent_id is None
+        if persistent_id is None:
+            self._generated += 1
+            persistent_id = f"{fmt}_{self._generated}"
+            warnings.warn(
+                f"source {path!r} has no persistent_id, so it was named {persistent_id!r} after the order "
+                "of creation; adding, removing or reordering sources will break its state. "
+                "Pass persistent_id='...' to keep it stable.",
+                stacklevel=3,
+            )
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
+            raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
+        if persistent_id in self.sources:
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        backend = Backend.from_uri(path, **_s3_settings())
+        reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
+                  .option("persistent_id", persistent_id).option("format", fmt)
+                  .option("input", input_option(backend)).option("context", self.context_path)
+                  .option("parallelism", str(spark.sparkContext.defaultParallelism)))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        df = reader.load()
+        self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend, df.schema.simpleString(), generated)
+        return df
+
+    def add_output(self, kind: str, df: DataFrame, path: str, name: str | None,
+                   key: list[str] | None, **options: Any) -> Output:
+        name = name or re.sub(r"[^A-Za-z0-9_]+", "_", os.path.basename(path.rstrip("/"))).strip("_") or kind
+        if not df.isStreaming:
+            raise PipelineError(f"output {name!r} is given a static DataFrame; outputs take the "
+                                "streaming DataFrames derived from spark_app sources")
+        if name in self.queries:
+            raise PipelineError(f"two outputs are named {name!r}; pass name='...' to tell them apart")
+        clash = [c for c in df.columns if c in RESERVED_COLUMNS]
+        if clash and kind == "jsonlines":
+            raise PipelineError(f"output {name!r} has columns {clash}, which the changelog reserves "
+                                "for time and diff; rename them")
+        facts = analyze(df)
+        if key is not None and facts.key is not None:
+            missing = [k for k in key if k not in df.columns]
+            if missing:
+                raise PipelineError(f"output {name!r}: key columns {missing} are not in {df.columns}")
+            facts = PlanFacts(facts.stateful, tuple(key))
+        output: Output
+        if kind == "jsonlines":
+            output = JsonLinesOutput(name, path, facts.key)
+        else:
+            output = DeltaOutput(name, path, facts.key, **options)
+        sources = tuple(dict.fromkeys(_RELATION_PID.findall(
+            "\n".join(n.simpleString(500) for n in _relations(df)))))
+        self.queries[name] = QuerySpec(output, df, facts, sources)
+        return output
+
+    def manifest(self) -> Manifest:
+        return Manifest(
+            sources={pid: SourceIdentity(pid, s.format, s.schema, s.input.root) for pid, s in self.sources.items()},
+            queries={
+                name: QueryIdentity(name, q.sources, q.facts.stateful, q.facts.key)
+                for name, q in self.queries.items()
+            },
+        )
+
+    def write_context(self, snapshot: Backend, dead_letter: Backend) -> None:
+        with open(self.context_path + ".tmp", "w") as handle:
+            json.dump({"snapshot": asdict(snapshot), "dead_letter": asdict(dead_letter)}, handle)
+        os.replace(self.context_path + ".tmp", self.context_path)
+
+    def default_dead_letter(self) -> str:
+        first = next(iter(self.queries.values())).output
+        return first.path.rstrip("/") + ".dead-letter"
+
+
+def _relations(df: DataFrame) -> list[Any]:
+    found: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if node.nodeName().startswith("StreamingRelation"):
+            found.append(node)
+        children = node.children()
+        for i in range(children.size()):
+            walk(children.apply(i))
+
+    walk(df._jdf.queryExecution().analyzed())
+    return found
+
+
+def _initial_conf() -> dict[str, str]:
+    """The session's configuration before ``run`` says where state lives."""
+    try:
+        config = Config.from_env()
+        return spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf)
+    except contract.ContractError:
+        extra = json.loads(os.environ.get(contract.SPARK_CONF) or "{}")
+        return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, extra)
+
+
+def _s3_settings() -> dict[str, Any]:
+    return {
+        "endpoint_url": os.environ.get(contract.S3_ENDPOINT) or None,
+        "region": os.environ.get(contract.S3_REGION) or None,
+        "path_style": os.environ.get(contract.S3_PATH_STYLE, "").lower() == "true" or None,
+    }
+
+
+_current: Pipeline | None = None
+
+
+def current() -> Pipeline:
+    global _current
+    if _current is None:
+        _current = Pipeline()
+    return _current
+
+
+def reset() -> None:
+    """Forgets the declared sources and outputs (the SparkSession is kept)."""
+    global _current
+    spark = current()._spark
+    _current = Pipeline()
+    _current._spark = spark

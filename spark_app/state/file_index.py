@@ -1,0 +1,116 @@
+"""The durable order in which a file source admitted its input files.
+
+Spark's offset for a file source is just a count: "the first N files of the index".
+The index is a chain of segments in snapshot storage, each created put-if-absent:
+``sources/<persistent_id>/files/<end>.json`` holds the files numbered ``start..end-1``.
+Files are named relative to the source's root, so the source may move to another
+path (or another volume) without its files being read again.
+
+Admission is append-only: a file listed once keeps its number forever, so replaying
+a batch reads exactly the same files. Segments are merged into a ``base-<end>.json``
+every ``COMPACT_AFTER`` segments to keep start-up reads short.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from spark_app.storage import FileEntry, NotFound, Storage, join
+
+COMPACT_AFTER = 64
+_SEGMENT = re.compile(r"/files/(base-)?(\d{12})\.json$")
+
+
+class IndexCorrupted(Exception):
+    """The index's segments do not form one chain (storage edited by hand?)."""
+
+
+class FileIndex:
+    def __init__(self, storage: Storage, persistent_id: str) -> None:
+        self._storage = storage
+        self._prefix = join("sources", persistent_id, "files") + "/"
+        self._files: list[FileEntry] = []
+        self._known: set[str] = set()
+        self._segments = 0
+        self._loaded = False
+
+    def __len__(self) -> int:
+        self._ensure_loaded()
+        return len(self._files)
+
+    def files(self, start: int, end: int) -> list[FileEntry]:
+        self._ensure_loaded()
+        if end > len(self._files):
+            self.reload()
+        if end > len(self._files):
+            raise IndexCorrupted(f"{self._prefix}: offset {end} is past the {len(self._files)} files indexed")
+        return self._files[start:end]
+
+    def admit(self, listing: list[FileEntry]) -> int:
+        """Adds the files of ``listing`` not seen before; returns the new file count.
+
+        New files are numbered by (mtime, path), so files that arrive together are read
+        in the order they were written.
+        """
+        self._ensure_loaded()
+        while True:
+            new = sorted((f for f in listing if f.path not in self._known), key=lambda f: (f.mtime_ms, f.path))
+            if not new:
+                return len(self._files)
+            start, end = len(self._files), len(self._files) + len(new)
+            body = {"start": start, "files": [[f.path, f.size, f.mtime_ms] for f in new]}
+            if self._storage.create(self._segment_key(end), json.dumps(body).encode()):
+                self._extend(new)
+                self._segments += 1
+                if self._segments >= COMPACT_AFTER:
+                    self._compact()
+                return end
+            self.reload()  # another writer admitted files first: take theirs, then retry
+
+    def reload(self) -> None:
+        self._files, self._known, self._segments = [], set(), 0
+        keys = self._storage.list(self._prefix)
+        bases = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and m.group(1))
+        segments = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and not m.group(1))
+        if bases:
+            self._apply(bases[-1][1], expected_start=0)
+        for end, key in segments:
+            if end <= len(self._files):
+                continue  # already inside the base
+            self._apply(key, expected_start=len(self._files))
+            self._segments += 1
+        self._loaded = True
+
+    def _apply(self, key: str, expected_start: int) -> None:
+        try:
+            body = json.loads(self._storage.read(key))
+        except NotFound:
+            raise IndexCorrupted(f"{key} vanished while loading the file index") from None
+        if body["start"] != expected_start:
+            raise IndexCorrupted(f"{key} starts at file {body['start']}, expected {expected_start}")
+        self._extend([FileEntry(p, int(s), int(m)) for p, s, m in body["files"]])
+
+    def _extend(self, entries: list[FileEntry]) -> None:
+        self._files.extend(entries)
+        self._known.update(f.path for f in entries)
+
+    def _compact(self) -> None:
+        end = len(self._files)
+        body = {"start": 0, "files": [[f.path, f.size, f.mtime_ms] for f in self._files]}
+        self._storage.create(join(self._prefix, f"base-{end:012d}.json"), json.dumps(body).encode())
+        for key in self._storage.list(self._prefix):
+            match = _SEGMENT.search(key)
+            if match is None:
+                continue
+            is_base, covered_end = bool(match.group(1)), int(match.group(2))
+            if covered_end < end or (covered_end == end and not is_base):
+                self._storage.delete(key)
+        self._segments = 0
+
+    def _segment_key(self, end: int) -> str:
+        return join(self._prefix, f"{end:012d}.json")
+
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            self.reload()

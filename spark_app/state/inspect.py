@@ -1,0 +1,93 @@
+"""What ``spark_app inspect`` and the operator report about a pipeline's stored state.
+
+Reads only the metadata log, the lease and (optionally) sizes; needs neither Spark nor
+the pipeline's code. The JSON form is what the operator puts in a PersistentPipeline's
+status, so its keys are a contract: add keys, do not rename them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spark_app.state.log import PREFIX as LOG_PREFIX
+from spark_app.state.log import MetadataLog
+from spark_app.state.records import heads_from_record
+from spark_app.state.session import read_lease
+from spark_app.storage import Storage
+
+
+def inspect(metadata: Storage, snapshots: Storage | None = None, *, sizes: bool = False,
+            now_ms: int | None = None) -> dict[str, Any]:
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    latest = MetadataLog(metadata).latest()
+    lease = read_lease(metadata)
+    report: dict[str, Any] = {
+        "uri": metadata.root_uri,
+        "exists": latest is not None,
+        "epoch": int(latest.record["epoch"]) if latest else 0,
+        "state_id": latest.record.get("state_id") if latest else None,
+        "log": {"seq": latest.seq, "kind": latest.record["kind"], "time_ms": latest.record["time_ms"]}
+        if latest else None,
+        "lease": None,
+        "queries": {},
+    }
+    if lease is not None:
+        report["lease"] = {
+            "epoch": lease.epoch,
+            "holder": f"{lease.holder.describe()}",
+            "renewed_ms": lease.renewed_ms,
+            "age_s": round((now_ms - lease.renewed_ms) / 1000, 1),
+            "live": lease.is_live(now_ms),
+            "released": lease.released,
+            "status": lease.status,
+        }
+    if latest is not None:
+        for name, head in sorted(heads_from_record(latest.record).items()):
+            report["queries"][name] = {
+                **head.to_json(),
+                "age_s": round((now_ms - head.commit_time_ms) / 1000, 1),
+            }
+    if sizes:
+        store = snapshots or metadata
+        report["sizes"] = {
+            "metadata_log_bytes": metadata.size(LOG_PREFIX),
+            "checkpoints_bytes": store.size("checkpoints/"),
+            "operator_state_bytes": sum(
+                store.size(k) for k in _state_prefixes(store, report["queries"])
+            ),
+            "output_snapshots_bytes": store.size("outputs/"),
+            "source_indexes_bytes": store.size("sources/"),
+            "iterate_bytes": store.size("iterate/"),
+        }
+    return report
+
+
+def _state_prefixes(store: Storage, queries: dict[str, Any]) -> list[str]:
+    return [f"checkpoints/{name}/state/" for name in queries]
+
+
+def render(report: dict[str, Any]) -> str:
+    """A human-readable summary of ``inspect``'s report."""
+    if not report["exists"]:
+        return f"{report['uri']}: no state yet (no driver has started on it)"
+    lines = [f"state at {report['uri']}", f"  epoch {report['epoch']}, metadata log entry {report['log']['seq']} "
+             f"({report['log']['kind']})"]
+    lease = report.get("lease")
+    if lease:
+        liveness = "released" if lease["released"] else ("live" if lease["live"] else "expired")
+        lines.append(f"  lease: epoch {lease['epoch']}, {lease['holder']}, renewed {lease['age_s']}s ago ({liveness})")
+    for name, query in report["queries"].items():
+        lines.append(f"  output {name}: batch {query['batch']} committed {query['age_s']}s ago")
+        for pid, offset in sorted(query["offsets"].items()):
+            counters = query["sources"].get(pid, {})
+            lines.append(f"    source {pid}: offset {offset}, malformed rows set aside: {counters.get('malformed', 0)}")
+        for head in query["outputs"].values():
+            snap = head.get("snapshot")
+            snap_text = f", snapshot at batch {snap['batch']}" if snap else ""
+            lines.append(f"    position {head['position']}, {head['rows']} changelog rows{snap_text}")
+        if query.get("iterate"):
+            lines.append(f"    iterate: {query['iterate']}")
+    for key, value in report.get("sizes", {}).items():
+        lines.append(f"  {key.replace('_', ' ')}: {value}")
+    return "\n".join(lines)

@@ -1,0 +1,277 @@
+"""A driver's hold on a pipeline's state: its epoch, its lease, and the commits it appends.
+
+Single writer, in two parts:
+
+* Fencing, for correctness. Each driver runs under an epoch. It appends an ``epoch``
+  record to the metadata log when it starts, and every commit goes to the entry right
+  after the last one it wrote. A driver that finds that entry already taken has been
+  superseded, and stops without committing (``Fenced``). So once epoch N has started,
+  no driver with a lower epoch can commit, whatever it believes.
+* The lease, for fast failure. The running driver renews ``lease.json`` every few
+  seconds. A local run (no epoch from the operator) refuses to start while a live
+  driver holds the lease. The operator passes an explicit, higher epoch after it has
+  confirmed that the previous driver pod is gone, so it does not wait for the lease
+  to expire.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from spark_app.state.identity import IncompatibleChange, Manifest, compare
+from spark_app.state.log import LogConflict, LogEntry, MetadataLog
+from spark_app.state.records import QueryHead, heads_from_record, heads_to_json
+from spark_app.storage import NotFound, Storage, join
+
+log = logging.getLogger("spark_app.state")
+
+LEASE_KEY = "lease.json"
+MANIFESTS = "manifests/"
+LOG_RETAINED = 100
+
+
+class AlreadyRunning(Exception):
+    """A live driver holds this pipeline's state."""
+
+
+class StaleEpoch(Exception):
+    """The requested epoch is not above the newest epoch that already started."""
+
+
+class Fenced(Exception):
+    """A driver with a higher epoch has started; this one must stop without committing."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who runs a driver, for the lease and for messages."""
+
+    pipeline: str
+    host: str
+    pid: int
+    writer: str
+
+    @classmethod
+    def this_process(cls, pipeline: str) -> Holder:
+        return cls(pipeline=pipeline, host=socket.gethostname(), pid=os.getpid(), writer=uuid.uuid4().hex)
+
+    def describe(self) -> str:
+        name = f"pipeline {self.pipeline}, " if self.pipeline else ""
+        return f"{name}pid {self.pid} on host {self.host}"
+
+
+@dataclass(frozen=True)
+class Lease:
+    epoch: int
+    holder: Holder
+    renewed_ms: int
+    ttl_ms: int
+    released: bool = False
+    status: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Lease:
+        return cls(
+            epoch=int(value["epoch"]),
+            holder=Holder(**value["holder"]),
+            renewed_ms=int(value["renewed_ms"]),
+            ttl_ms=int(value["ttl_ms"]),
+            released=bool(value.get("released", False)),
+            status=value.get("status"),
+        )
+
+    def is_live(self, now_ms: int) -> bool:
+        return not self.released and now_ms - self.renewed_ms < self.ttl_ms
+
+
+def read_lease(storage: Storage) -> Lease | None:
+    try:
+        return Lease.from_json(json.loads(storage.read(LEASE_KEY)))
+    except NotFound:
+        return None
+
+
+def read_manifest(storage: Storage, digest: str | None) -> Manifest | None:
+    if not digest:
+        return None
+    try:
+        return Manifest.from_json(json.loads(storage.read(join(MANIFESTS, f"{digest}.json"))))
+    except NotFound:
+        return None
+
+
+class StateSession:
+    """Opened once per driver run with ``StateSession.open``; not shared between processes."""
+
+    def __init__(self, storage: Storage, holder: Holder, epoch: int, entry: LogEntry,
+                 lease_ttl_ms: int, clock: Callable[[], float]) -> None:
+        self._storage = storage
+        self._log = MetadataLog(storage)
+        self.holder = holder
+        self.epoch = epoch
+        self._seq = entry.seq
+        self._manifest = entry.record.get("manifest")
+        self.state_id: str = entry.record["state_id"]
+        self.heads: dict[str, QueryHead] = heads_from_record(entry.record)
+        self._lease_ttl_ms = lease_ttl_ms
+        self._clock = clock
+        self._appends = 0
+
+    @classmethod
+    def open(
+        cls,
+        storage: Storage,
+        manifest: Manifest,
+        *,
+        holder: Holder,
+        requested_epoch: int | None = None,
+        lease_ttl_ms: int = 30_000,
+        clock: Callable[[], float] = time.time,
+    ) -> StateSession:
+        """Takes the next epoch of the pipeline whose metadata lives in ``storage``.
+
+        Raises ``AlreadyRunning``, ``StaleEpoch`` or ``IncompatibleChange`` with a message
+        the user can act on. Nothing is written unless all checks pass.
+        """
+        storage.check_writable()
+        metadata_log = MetadataLog(storage)
+        for _ in range(3):
+            latest = metadata_log.latest()
+            stored_epoch = int(latest.record["epoch"]) if latest else 0
+            epoch = _choose_epoch(storage, stored_epoch, requested_epoch, int(clock() * 1000))
+            heads = heads_from_record(latest.record) if latest else {}
+            stored = read_manifest(storage, latest.record.get("manifest")) if latest else None
+            if stored is not None:
+                changes = compare(stored, manifest, set(heads))
+                for change in changes:
+                    if change.compatible:
+                        log.info("state kept across a code change: %s", change.message)
+                if any(not c.compatible for c in changes):
+                    raise IncompatibleChange(changes, storage.root_uri)
+            digest = manifest.digest()
+            storage.create(join(MANIFESTS, f"{digest}.json"),
+                           json.dumps(manifest.to_json(), sort_keys=True).encode())
+            state_id = latest.record.get("state_id") if latest else None
+            record = _record("epoch", epoch, holder, clock, digest, heads,
+                             {"host": holder.host, "pid": holder.pid, "pipeline": holder.pipeline},
+                             state_id or uuid.uuid4().hex)
+            try:
+                entry = metadata_log.append((latest.seq if latest else 0) + 1, record)
+            except LogConflict:
+                continue  # someone appended meanwhile: look again, the checks may now refuse
+            session = cls(storage, holder, epoch, entry, lease_ttl_ms, clock)
+            session.renew_lease(status={"starting": True})
+            if latest:
+                log.info("resuming %s at epoch %d from metadata log entry %d (%s)", storage.root_uri,
+                         epoch, latest.seq, _describe_heads(heads))
+            else:
+                log.info("starting %s at epoch %d with empty state", storage.root_uri, epoch)
+            return session
+        raise AlreadyRunning(f"another driver keeps writing the metadata log at {storage.root_uri}; "
+                             "only one driver may run a pipeline's state at a time")
+
+    @property
+    def manifest_digest(self) -> str | None:
+        return self._manifest
+
+    def commit(self, query: str, head: QueryHead, kind: str = "commit") -> LogEntry:
+        """Appends ``head`` as the query's new head in the next log entry; raises ``Fenced``.
+
+        ``kind`` is "commit" for a batch, or e.g. "snapshot" when only a stored snapshot
+        reference changed."""
+        heads = {**self.heads, query: head}
+        entry = self._append(kind, heads, {"query": query, "batch": head.batch})
+        self.heads = heads
+        return entry
+
+    def record(self, kind: str, detail: dict[str, Any]) -> LogEntry:
+        """Appends a non-commit record (e.g. a stored snapshot); raises ``Fenced``."""
+        return self._append(kind, self.heads, detail)
+
+    def check_not_fenced(self) -> None:
+        """Raises ``Fenced`` if another driver has appended after this one's last entry."""
+        newer = self._log.entry(self._seq + 1)
+        if newer is not None:
+            raise self._fenced(newer)
+
+    def renew_lease(self, status: dict[str, Any] | None = None, released: bool = False) -> None:
+        current = read_lease(self._storage)
+        if current is not None and current.epoch > self.epoch:
+            raise Fenced(f"driver epoch {self.epoch} was superseded by epoch {current.epoch} "
+                         f"({current.holder.describe()}); this driver stops without committing")
+        lease = Lease(self.epoch, self.holder, int(self._clock() * 1000), self._lease_ttl_ms, released, status)
+        self._storage.write(LEASE_KEY, json.dumps(asdict(lease), sort_keys=True).encode())
+
+    def close(self, reason: str) -> None:
+        """Records a clean stop and releases the lease, so the next driver starts at once."""
+        try:
+            self._append("stop", self.heads, {"reason": reason})
+            self.renew_lease(status={"stopped": reason}, released=True)
+        except Fenced:
+            log.warning("not releasing the lease: a newer driver already holds it")
+
+    def _append(self, kind: str, heads: dict[str, QueryHead], detail: dict[str, Any]) -> LogEntry:
+        record = _record(kind, self.epoch, self.holder, self._clock, self._manifest, heads, detail, self.state_id)
+        try:
+            entry = self._log.append(self._seq + 1, record)
+        except LogConflict as conflict:
+            raise self._fenced(conflict.existing) from None
+        self._seq = entry.seq
+        self._appends += 1
+        if self._appends % LOG_RETAINED == 0:
+            self._log.compact(LOG_RETAINED)
+        return entry
+
+    def _fenced(self, newer: LogEntry) -> Fenced:
+        return Fenced(
+            f"driver epoch {self.epoch} was superseded: metadata log entry {newer.seq} was written by "
+            f"epoch {newer.record.get('epoch', '?')}; this driver stops without committing"
+        )
+
+
+def _choose_epoch(storage: Storage, stored_epoch: int, requested: int | None, now_ms: int) -> int:
+    lease = read_lease(storage)
+    if requested is not None:
+        if requested <= stored_epoch:
+            raise StaleEpoch(f"epoch {requested} is not above epoch {stored_epoch}, which already started on "
+                             f"{storage.root_uri}; a newer driver took over, so this one must not run")
+        if lease is not None and lease.is_live(now_ms):
+            log.warning("taking over from epoch %d (%s), whose lease was renewed %.1fs ago", lease.epoch,
+                        lease.holder.describe(), (now_ms - lease.renewed_ms) / 1000)
+        return requested
+    if lease is not None and lease.epoch >= stored_epoch and lease.is_live(now_ms):
+        raise AlreadyRunning(
+            f"another driver holds the state at {storage.root_uri}: epoch {lease.epoch}, "
+            f"{lease.holder.describe()}, lease renewed {(now_ms - lease.renewed_ms) / 1000:.1f}s ago. "
+            f"Stop it first, or wait {lease.ttl_ms / 1000:.0f}s if it has died."
+        )
+    return stored_epoch + 1
+
+
+def _record(kind: str, epoch: int, holder: Holder, clock: Callable[[], float], manifest: str | None,
+            heads: dict[str, QueryHead], detail: dict[str, Any], state_id: str) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "state_id": state_id,
+        "epoch": epoch,
+        "writer": holder.writer,
+        "nonce": uuid.uuid4().hex,
+        "time_ms": int(clock() * 1000),
+        "manifest": manifest,
+        "heads": heads_to_json(heads),
+        "detail": detail,
+    }
+
+
+def _describe_heads(heads: dict[str, QueryHead]) -> str:
+    if not heads:
+        return "no batch committed yet"
+    return ", ".join(f"{query} at batch {head.batch}" for query, head in sorted(heads.items()))

@@ -1,0 +1,216 @@
+"""A storage backend on S3 or an S3-compatible server, through boto3.
+
+Credentials come from boto3's standard chain (environment, shared files, instance or
+pod identity); nothing here accepts a secret. Put-if-absent uses ``If-None-Match: *``,
+which AWS S3 honours since 2024 and which the local test server honours too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from spark_app.storage.base import (
+    FileEntry,
+    NotFound,
+    StorageError,
+    StorageMisconfigured,
+    StorageUnavailable,
+    join,
+)
+
+_CREDENTIAL_ERRORS = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AllAccessDisabled",
+    "403",
+}
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "RequestTimeout",
+    "InternalError",
+    "ServiceUnavailable",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeTooSkewed",
+    "ConditionalRequestConflict",
+    "500",
+    "502",
+    "503",
+    "504",
+}
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """Where an S3 backend lives; no credentials by design."""
+
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    path_style: bool = False
+
+    @classmethod
+    def parse(cls, uri: str, **kwargs: Any) -> S3Location:
+        """Parses ``s3://bucket/prefix`` (or ``s3a://``)."""
+        scheme, _, rest = uri.partition("://")
+        if scheme not in ("s3", "s3a") or not rest:
+            raise ValueError(f"not an S3 URI: {uri!r}; expected s3://bucket/prefix")
+        bucket, _, prefix = rest.partition("/")
+        return cls(bucket=bucket, prefix=prefix.strip("/"), **kwargs)
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{join(self.bucket, self.prefix)}"
+
+
+class S3Storage:
+    """Keys map to objects under ``s3://bucket/prefix/``."""
+
+    def __init__(self, location: S3Location, client: Any | None = None) -> None:
+        self._location = location
+        self._client = client or _make_client(location)
+
+    @property
+    def location(self) -> S3Location:
+        return self._location
+
+    @property
+    def root_uri(self) -> str:
+        return self._location.uri
+
+    def _key(self, key: str) -> str:
+        return join(self._location.prefix, key)
+
+    def read(self, key: str) -> bytes:
+        try:
+            response = self._call("get_object", key, Key=self._key(key))
+            body: bytes = response["Body"].read()
+            return body
+        except _Missing:
+            raise NotFound(key) from None
+
+    def write(self, key: str, data: bytes) -> None:
+        self._call("put_object", key, Key=self._key(key), Body=data)
+
+    def create(self, key: str, data: bytes) -> bool:
+        try:
+            self._call("put_object", key, Key=self._key(key), Body=data, IfNoneMatch="*")
+            return True
+        except _PreconditionFailed:
+            return False
+
+    def list(self, prefix: str) -> list[str]:
+        full = self._key(prefix)
+        if prefix.endswith("/") or not prefix:
+            full = full + "/" if full else ""
+        keys = []
+        strip = len(self._location.prefix) + 1 if self._location.prefix else 0
+        for page in self._pages(full):
+            keys.extend(item["Key"][strip:] for item in page.get("Contents", []))
+        return sorted(keys)
+
+    def list_entries(self) -> list[FileEntry]:
+        """Every object under the root with its size and modification time."""
+        strip = len(self._location.prefix) + 1 if self._location.prefix else 0
+        full = self._location.prefix + "/" if self._location.prefix else ""
+        return [
+            FileEntry(item["Key"][strip:], int(item["Size"]), int(item["LastModified"].timestamp() * 1000))
+            for page in self._pages(full)
+            for item in page.get("Contents", [])
+        ]
+
+    def delete(self, key: str) -> None:
+        self._call("delete_object", key, Key=self._key(key))
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list(prefix)
+        for start in range(0, len(keys), 1000):
+            chunk = [{"Key": self._key(k)} for k in keys[start : start + 1000]]
+            self._call("delete_objects", prefix, Delete={"Objects": chunk, "Quiet": True})
+        return len(keys)
+
+    def size(self, prefix: str) -> int:
+        full = self._key(prefix)
+        return sum(item["Size"] for page in self._pages(full) for item in page.get("Contents", []))
+
+    def spark_uri(self, key: str) -> str:
+        return f"s3a://{join(self._location.bucket, self._location.prefix, key)}"
+
+    def check_writable(self) -> None:
+        self._call("head_bucket", "")
+        probe = join(".probe", "writable")
+        self.write(probe, b"")
+        self.delete(probe)
+
+    def _pages(self, full_prefix: str) -> Any:
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            yield from paginator.paginate(Bucket=self._location.bucket, Prefix=full_prefix)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
+            raise self._translate(error, full_prefix) from error
+
+    def _call(self, operation: str, key: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self._client, operation)(Bucket=self._location.bucket, **kwargs)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
+            raise self._translate(error, key) from error
+
+    def _translate(self, error: Exception, key: str) -> Exception:
+        where = f"s3://{join(self._location.bucket, self._key(key))}"
+        bucket = self._location.bucket
+        if isinstance(error, botocore.exceptions.NoCredentialsError):
+            return StorageMisconfigured(
+                f"no AWS credentials were found for bucket {bucket}; provide them through the "
+                "standard AWS chain (e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from a Secret)"
+            )
+        if isinstance(error, botocore.exceptions.ClientError):
+            code = str(error.response.get("Error", {}).get("Code", ""))
+            status = str(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in ("NoSuchKey", "404") and key:
+                return _Missing(key)
+            if code == "PreconditionFailed" or status == "412":
+                return _PreconditionFailed(key)
+            if code in ("NoSuchBucket",) or (code == "404" and not key):
+                return StorageMisconfigured(
+                    f"the bucket {bucket} does not exist at {self._endpoint()}; create it or fix the bucket name"
+                )
+            if code in _CREDENTIAL_ERRORS or status == "403":
+                return StorageMisconfigured(
+                    f"the credentials were rejected for bucket {bucket} at {self._endpoint()} ({code}); "
+                    "check the access key, the secret key and the bucket policy"
+                )
+            if code in _TRANSIENT_CODES or status.startswith("5"):
+                return StorageUnavailable(f"{where}: {code or status}")
+            return StorageMisconfigured(f"{where}: {code}: {error.response.get('Error', {}).get('Message', '')}")
+        return StorageUnavailable(f"{where}: {error}")
+
+    def _endpoint(self) -> str:
+        return self._location.endpoint_url or "AWS S3"
+
+
+class _Missing(NotFound):
+    pass
+
+
+class _PreconditionFailed(StorageError):
+    pass
+
+
+def _make_client(location: S3Location) -> Any:
+    config = botocore.config.Config(
+        region_name=location.region,
+        s3={"addressing_style": "path" if location.path_style else "auto"},
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=30,
+    )
+    return boto3.session.Session().client("s3", endpoint_url=location.endpoint_url, config=config)
