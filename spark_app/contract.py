@@ -24,6 +24,17 @@ EPOCH = "SPARK_APP_EPOCH"
 PIPELINE = "SPARK_APP_PIPELINE"
 SPARK_CONF = "SPARK_APP_SPARK_CONF"
 DEAD_LETTER_URI = "SPARK_APP_DEAD_LETTER_URI"
+# Filled by the operator from the downward API; with both set, the driver reports its
+# progress in an annotation on its own pod, which the operator watches.
+POD_NAME = "SPARK_APP_POD_NAME"
+POD_NAMESPACE = "SPARK_APP_POD_NAMESPACE"
+STATUS_ANNOTATION = "sparkapp.dev/status"
+"""JSON written by the driver on its pod every few seconds while it changes:
+{"epoch": int, "reported_ms": int, "state": "starting"|"running"|"stopping",
+ "stored_epoch": int (the epoch found in storage at start),
+ "queries": {name: {"batch": int|null, "batch_time_ms": int|null, "commit_time_ms": int|null,
+                    "offsets": {persistent_id: offset}, "backlog": bool, "active": bool,
+                    "malformed": int, "iterate": object|null}}}"""
 
 # The standard AWS variables; listed so that the operator and the tests name them once.
 AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
@@ -41,6 +52,8 @@ ALL = (
     PIPELINE,
     SPARK_CONF,
     DEAD_LETTER_URI,
+    POD_NAME,
+    POD_NAMESPACE,
 )
 
 
@@ -53,7 +66,10 @@ EXIT_MISCONFIGURED = 2
 """Retrying cannot help until something is changed: bad storage settings or credentials,
 a pipeline whose code no longer matches its stored state, a malformed pipeline."""
 EXIT_FENCED = 3
-"""A driver with a higher epoch took over, or this driver's epoch is stale."""
+"""A driver with a higher epoch took over, or this driver's epoch is stale. A stale epoch's
+termination message starts with STALE_EPOCH_PREFIX followed by the stored epoch, so
+that the operator can relaunch with a higher one."""
+STALE_EPOCH_PREFIX = "stale epoch; stored epoch is "
 EXIT_ALREADY_RUNNING = 4
 """Another live driver holds the pipeline's lease (local runs only)."""
 

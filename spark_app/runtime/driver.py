@@ -37,6 +37,7 @@ from spark_app.runtime.file_source import SourceOrderChanged, count_dead_letters
 from spark_app.runtime.outputs import Batch, DeltaOutput, OutputDamaged
 from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec
 from spark_app.runtime.plan import KeyNotInOutput
+from spark_app.runtime.reporting import PodReporter
 from spark_app.runtime.session import spark_conf
 from spark_app.state.file_index import FileIndex
 from spark_app.state.identity import IncompatibleChange
@@ -99,6 +100,8 @@ class Driver:
         self._fatal: BaseException | None = None
         self._commit_lock = threading.Lock()
         self._session: StateSession | None = None
+        self._reporter: PodReporter | None = None
+        self._state = "starting"
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -129,8 +132,10 @@ class Driver:
         spark = self._pipeline.spark()
         apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf))
         holder = Holder.this_process(config.pipeline or os.path.basename(os.environ.get("SPARK_APP_PIPELINE_FILE", "")))
+        self._reporter = PodReporter.from_env()
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,
                                           requested_epoch=config.epoch)
+        self.report()
         _check_checkpoints(snapshots, self._session.heads)
         dead_letter = Backend.from_uri(
             config.dead_letter_uri or self._pipeline.default_dead_letter(),
@@ -143,6 +148,7 @@ class Driver:
             self._handlers[name] = handler
             self._start_query(name)
         threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
+        self._state = "running"
         log.info("pipeline running at epoch %d: %s", self._session.epoch,
                  ", ".join(f"{n} -> {q.output.path}" for n, q in self._pipeline.queries.items()))
 
@@ -212,6 +218,7 @@ class Driver:
 
     def _finish(self) -> int:
         log.info("stopping: %s", self._stop_reason)
+        self._state = "stopping"
         self._stop_queries(self._options.stop_timeout_s)
         if self._fatal is not None:
             raise self._fatal
@@ -262,12 +269,18 @@ class Driver:
         assert self._session is not None
         while not self._stop.wait(self._options.lease_renew_s):
             try:
-                self._session.renew_lease(status=self._status())
+                status = self._status()
+                self._session.renew_lease(status=status)
+                self.report(status)
             except Fenced as error:
                 self._fatal = error
                 return
             except StorageUnavailable as error:
                 log.warning("could not renew the lease: %s", error)
+
+    def report(self, status: dict[str, Any] | None = None) -> None:
+        if self._reporter is not None:
+            self._reporter.report(status or self._status())
 
     def _status(self) -> dict[str, Any]:
         queries = {}
@@ -280,11 +293,18 @@ class Driver:
             head = self._session.heads.get(name) if self._session else None
             queries[name] = {
                 "batch": head.batch if head else None,
+                "batch_time_ms": head.batch_time_ms if head else None,
+                "commit_time_ms": head.commit_time_ms if head else None,
+                "offsets": head.offsets if head else {},
+                "malformed": sum(c.get("malformed", 0) for c in head.sources.values()) if head else 0,
+                "iterate": head.iterate if head else None,
                 "active": bool(status.get("isTriggerActive")),
                 "backlog": bool(status.get("isDataAvailable")),
                 "input_rows_per_s": progress.get("inputRowsPerSecond"),
             }
-        return {"state": "running", "queries": queries}
+        session = self._session
+        return {"state": self._state, "epoch": session.epoch if session else None,
+                "stored_epoch": session.previous_epoch if session else None, "queries": queries}
 
     # ---- used by the batch handlers ----------------------------------------------------
 
@@ -296,6 +316,7 @@ class Driver:
     def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None:
         with self._commit_lock:
             self.session.commit(name, head, kind)
+        self.report()
 
     def record_fatal(self, error: BaseException) -> None:
         if exit_code_for(error) != contract.EXIT_FAILED:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from spark_app.contract import STALE_EPOCH_PREFIX
 from spark_app.state.identity import IncompatibleChange, Manifest, compare
 from spark_app.state.log import LogConflict, LogEntry, MetadataLog
 from spark_app.state.records import QueryHead, heads_from_record, heads_to_json
@@ -112,11 +113,13 @@ class StateSession:
     """Opened once per driver run with ``StateSession.open``; not shared between processes."""
 
     def __init__(self, storage: Storage, holder: Holder, epoch: int, entry: LogEntry,
-                 lease_ttl_ms: int, clock: Callable[[], float]) -> None:
+                 lease_ttl_ms: int, clock: Callable[[], float], previous_epoch: int = 0) -> None:
         self._storage = storage
         self._log = MetadataLog(storage)
         self.holder = holder
         self.epoch = epoch
+        self.previous_epoch = previous_epoch
+        """The newest epoch stored before this driver started (0 for new state)."""
         self._seq = entry.seq
         self._manifest = entry.record.get("manifest")
         self.state_id: str = entry.record["state_id"]
@@ -167,7 +170,7 @@ class StateSession:
                 entry = metadata_log.append((latest.seq if latest else 0) + 1, record)
             except LogConflict:
                 continue  # someone appended meanwhile: look again, the checks may now refuse
-            session = cls(storage, holder, epoch, entry, lease_ttl_ms, clock)
+            session = cls(storage, holder, epoch, entry, lease_ttl_ms, clock, stored_epoch)
             session.renew_lease(status={"starting": True})
             if latest:
                 log.info("resuming %s at epoch %d from metadata log entry %d (%s)", storage.root_uri,
@@ -241,7 +244,7 @@ def _choose_epoch(storage: Storage, stored_epoch: int, requested: int | None, no
     lease = read_lease(storage)
     if requested is not None:
         if requested <= stored_epoch:
-            raise StaleEpoch(f"epoch {requested} is not above epoch {stored_epoch}, which already started on "
+            raise StaleEpoch(f"{STALE_EPOCH_PREFIX}{stored_epoch}: epoch {requested} is not above it, on "
                              f"{storage.root_uri}; a newer driver took over, so this one must not run")
         if lease is not None and lease.is_live(now_ms):
             log.warning("taking over from epoch %d (%s), whose lease was renewed %.1fs ago", lease.epoch,
