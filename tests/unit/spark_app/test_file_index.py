@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import pytest
+
+from spark_app.state import file_index
+from spark_app.state.file_index import FileIndex, IndexCorrupted
+from spark_app.storage import FileEntry, Storage
+
+
+def entry(path: str, mtime: int) -> FileEntry:
+    return FileEntry(path, 10, mtime)
+
+
+def test_files_are_numbered_once_in_order_of_arrival(storage: Storage) -> None:
+    index = FileIndex(storage, "src")
+    assert index.admit([entry("b.csv", 2), entry("a.csv", 1)]) == 2
+    assert index.admit([entry("b.csv", 2), entry("a.csv", 1), entry("c.csv", 0)]) == 3
+    assert [f.path for f in index.files(0, 3)] == ["a.csv", "b.csv", "c.csv"]
+    reloaded = FileIndex(storage, "src")
+    assert [f.path for f in reloaded.files(1, 3)] == ["b.csv", "c.csv"]
+
+
+def test_a_second_index_writer_sees_the_first_ones_files(storage: Storage) -> None:
+    first, second = FileIndex(storage, "src"), FileIndex(storage, "src")
+    first.admit([entry("a.csv", 1)])
+    assert second.admit([entry("a.csv", 1), entry("b.csv", 2)]) == 2
+    assert [f.path for f in second.files(0, 2)] == ["a.csv", "b.csv"]
+
+
+def test_compaction_keeps_every_file(storage: Storage, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(file_index, "COMPACT_AFTER", 3)
+    index = FileIndex(storage, "src")
+    for i in range(10):
+        index.admit([entry(f"f{i:02d}.csv", i)])
+    assert len(storage.list("sources/src/files/")) < 10
+    assert [f.path for f in FileIndex(storage, "src").files(0, 10)] == [f"f{i:02d}.csv" for i in range(10)]
+
+
+def test_an_offset_past_the_index_is_an_error(storage: Storage) -> None:
+    index = FileIndex(storage, "src")
+    index.admit([entry("a.csv", 1)])
+    with pytest.raises(IndexCorrupted):
+        index.files(0, 5)

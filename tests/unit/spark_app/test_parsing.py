@@ -1,0 +1,73 @@
+"""Parsing files into rows, setting malformed rows aside with their reason."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_app.runtime.parsing import CsvFormat, parse_csv, parse_jsonlines
+
+WORDS = pa.schema([("word", pa.string()), ("n", pa.int32())])
+
+
+def test_csv_rows_are_matched_by_header_and_typed() -> None:
+    parsed = parse_csv(b"n,word,extra\n1,hello,x\n2,world,y\n", WORDS)
+    assert parsed.table.to_pylist() == [{"word": "hello", "n": 1}, {"word": "world", "n": 2}]
+    assert parsed.rejected == []
+
+
+def test_csv_bad_values_and_bad_rows_are_rejected_with_line_and_reason() -> None:
+    parsed = parse_csv(b"word,n\nok,1\nbad,abc\ntoo,many,fields\nbig,99999999999\nfine,2\n", WORDS)
+    assert parsed.table.to_pylist() == [{"word": "ok", "n": 1}, {"word": "fine", "n": 2}]
+    assert [(r.line, r.raw, r.error) for r in parsed.rejected] == [
+        (3, "bad,abc", "column 'n': cannot read 'abc' as INT"),
+        (4, "too,many,fields", "expected 2 fields, found 3"),
+        (5, "big,99999999999", "column 'n': cannot read '99999999999' as INT"),
+    ]
+
+
+def test_csv_without_a_schema_column_rejects_every_row() -> None:
+    parsed = parse_csv(b"word\na\nb\n", WORDS)
+    assert parsed.table.num_rows == 0
+    assert [r.error for r in parsed.rejected] == ["the header has no column 'n'"] * 2
+
+
+def test_csv_without_header_uses_schema_order_and_other_delimiters() -> None:
+    parsed = parse_csv(b"a;1\nb;2\n", WORDS, CsvFormat(header=False, delimiter=";"))
+    assert parsed.table.to_pylist() == [{"word": "a", "n": 1}, {"word": "b", "n": 2}]
+
+
+def test_empty_values_are_null_and_empty_files_give_no_rows() -> None:
+    assert parse_csv(b"word,n\n,\n", WORDS).table.to_pylist() == [{"word": None, "n": None}]
+    assert parse_csv(b"", WORDS).table.num_rows == 0
+    assert parse_csv(b"word,n\n", WORDS).table.num_rows == 0
+
+
+def test_timestamps_without_offset_are_utc() -> None:
+    schema = pa.schema([("ts", pa.timestamp("us", tz="UTC"))])
+    parsed = parse_csv(b"ts\n2024-01-01 10:00:00\n2024-01-01T12:00:00+02:00\nyesterday\n", schema)
+    assert [v.isoformat() for v in parsed.table.column("ts").to_pylist()] == [
+        "2024-01-01T10:00:00+00:00", "2024-01-01T10:00:00+00:00"]
+    assert parsed.rejected[0].line == 4
+
+
+def test_jsonlines_rejects_lines_that_do_not_fit() -> None:
+    data = b'{"word":"a","n":1}\n{"word":"b","n":"x"}\nnot json\n[1]\n\n{"word":"c","other":true}\n'
+    parsed = parse_jsonlines(data, WORDS)
+    assert parsed.table.to_pylist() == [{"word": "a", "n": 1}, {"word": "c", "n": None}]
+    assert [r.line for r in parsed.rejected] == [2, 3, 4]
+    assert parsed.rejected[1].error.startswith("not valid JSON")
+    assert parsed.rejected[2].error == "expected a JSON object, found list"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.integers(-(2**31), 2**31 - 1).map(str), st.text("abc!", min_size=1, max_size=4)),
+                max_size=30))
+def test_a_bad_row_never_changes_how_good_rows_are_read(values: list[str]) -> None:
+    body = "word,n\n" + "".join(f"w{i},{v}\n" for i, v in enumerate(values))
+    parsed = parse_csv(body.encode(), WORDS)
+    alone = [parse_csv(f"word,n\nw{i},{v}\n".encode(), WORDS) for i, v in enumerate(values)]
+    assert parsed.table.to_pylist() == [row for p in alone for row in p.table.to_pylist()]
+    assert len(parsed.rejected) == sum(len(p.rejected) for p in alone)
+    assert parsed.table.num_rows + len(parsed.rejected) == len(values)

@@ -1,0 +1,146 @@
+"""Epochs, the lease and fencing: the single-writer guarantee, on both backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_app import contract
+from spark_app.state.identity import IncompatibleChange, Manifest, QueryIdentity, SourceIdentity
+from spark_app.state.inspect import inspect
+from spark_app.state.records import OutputHead, QueryHead
+from spark_app.state.session import AlreadyRunning, Fenced, Holder, StaleEpoch, StateSession
+from spark_app.storage import Storage
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def manifest(key: tuple[str, ...] = ("word",), sources: tuple[str, ...] = ("words",)) -> Manifest:
+    return Manifest(
+        sources={pid: SourceIdentity(pid, "csv", "struct<word:string>", "/in") for pid in sources},
+        queries={"out": QueryIdentity("out", sources, ("Aggregate(keys=[word: string], functions=[count(1)])",), key)},
+    )
+
+
+def head(batch: int) -> QueryHead:
+    return QueryHead(batch=batch, batch_time_ms=batch, commit_time_ms=batch, offsets={"words": {"files": batch + 1}},
+                     outputs={"out": OutputHead(position=10 * batch, rows=batch)})
+
+
+def open_session(storage: Storage, clock: Clock, epoch: int | None = None, m: Manifest | None = None) -> StateSession:
+    return StateSession.open(storage, m or manifest(), holder=Holder.this_process("test"), requested_epoch=epoch,
+                             clock=clock)
+
+
+def test_first_driver_starts_at_epoch_one_with_no_heads(storage: Storage) -> None:
+    session = open_session(storage, Clock())
+    assert session.epoch == 1
+    assert session.heads == {}
+
+
+def test_commits_are_read_back_by_the_next_driver(storage: Storage) -> None:
+    clock = Clock()
+    first = open_session(storage, clock)
+    first.commit("out", head(0))
+    first.commit("out", head(1))
+    first.close("done")
+    second = open_session(storage, clock)
+    assert second.epoch == 2
+    assert second.heads["out"] == head(1)
+    assert second.state_id == first.state_id
+
+
+def test_a_live_lease_makes_a_second_local_driver_fail_fast(storage: Storage) -> None:
+    clock = Clock()
+    open_session(storage, clock)
+    clock.now += 5
+    with pytest.raises(AlreadyRunning, match=r"another driver holds the state .* renewed 5.0s ago"):
+        open_session(storage, clock)
+
+
+def test_an_expired_lease_is_taken_over_by_a_local_driver(storage: Storage) -> None:
+    clock = Clock()
+    open_session(storage, clock)  # never renews: it "died"
+    clock.now += 31
+    assert open_session(storage, clock).epoch == 2
+
+
+def test_an_explicit_higher_epoch_takes_over_at_once_and_fences_the_old_driver(storage: Storage) -> None:
+    clock = Clock()
+    old = open_session(storage, clock, epoch=4)
+    old.commit("out", head(0))
+    new = open_session(storage, clock, epoch=5)
+    assert new.heads["out"] == head(0)
+    with pytest.raises(Fenced, match="epoch 4 was superseded"):
+        old.check_not_fenced()
+    with pytest.raises(Fenced):
+        old.commit("out", head(1))
+    new.commit("out", head(1))
+    assert open_session(storage, clock, epoch=6).heads["out"] == head(1)
+
+
+def test_a_lower_or_equal_epoch_is_refused_with_the_stored_epoch(storage: Storage) -> None:
+    clock = Clock()
+    open_session(storage, clock, epoch=7).close("done")
+    with pytest.raises(StaleEpoch) as refused:
+        open_session(storage, clock, epoch=7)
+    assert str(refused.value).startswith(f"{contract.STALE_EPOCH_PREFIX}7")
+
+
+def test_a_fenced_driver_cannot_renew_its_lease(storage: Storage) -> None:
+    clock = Clock()
+    old = open_session(storage, clock, epoch=1)
+    open_session(storage, clock, epoch=2)
+    with pytest.raises(Fenced):
+        old.renew_lease()
+
+
+def test_an_incompatible_change_is_refused_with_every_reason_and_how_to_reset(storage: Storage) -> None:
+    clock = Clock()
+    first = open_session(storage, clock)
+    first.commit("out", head(0))
+    first.close("done")
+    with pytest.raises(IncompatibleChange) as refused:
+        open_session(storage, clock, m=manifest(key=("w",), sources=("renamed",)))
+    message = str(refused.value)
+    assert "source 'words' has state but is no longer defined" in message
+    assert "now reads sources ['renamed'] but its state was built from ['words']" in message
+    assert "python -m spark_app reset" in message
+
+
+def test_a_compatible_change_keeps_the_state(storage: Storage) -> None:
+    clock = Clock()
+    first = open_session(storage, clock)
+    first.commit("out", head(3))
+    first.close("done")
+    moved = manifest()
+    moved.sources["words"] = SourceIdentity("words", "jsonlines", "struct<word:string>", "/new/place")
+    assert open_session(storage, clock, m=moved).heads["out"] == head(3)
+
+
+def test_inspect_reports_the_latest_commit_and_the_lease(storage: Storage) -> None:
+    clock = Clock()
+    session = open_session(storage, clock, epoch=3)
+    session.commit("out", head(2))
+    report = inspect(storage, now_ms=int(clock.now * 1000) + 1500)
+    assert report["epoch"] == 3
+    assert report["queries"]["out"]["batch"] == 2
+    assert report["queries"]["out"]["offsets"] == {"words": {"files": 3}}
+    assert report["lease"]["live"] is True
+    assert report["lease"]["age_s"] == 1.5
+
+
+def test_the_log_is_compacted_but_keeps_the_newest_state(storage: Storage, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("spark_app.state.session.LOG_RETAINED", 5)
+    clock = Clock()
+    session = open_session(storage, clock)
+    for batch in range(12):
+        session.commit("out", head(batch))
+    assert len(storage.list("log/")) <= 10
+    session.close("done")
+    assert open_session(storage, clock).heads["out"] == head(11)
