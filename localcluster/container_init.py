@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import stat
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -44,15 +45,25 @@ def enter_private_mount_namespace() -> None:
     _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
 
 
-def bind(source: str, target: str, read_only: bool) -> None:
-    if not os.path.exists(source):
-        raise FileNotFoundError(f"volume source {source} does not exist")
-    _ensure_mount_point(target, is_dir=os.path.isdir(source))
-    src, dst = os.fsencode(source), os.fsencode(target)
-    _check(_libc.mount(src, dst, None, MS_BIND | MS_REC, None), f"bind {source} on {target}")
+def open_sources(mounts: list[dict[str, object]]) -> list[int]:
+    """Opens every source before the first mount: a mount at /work must not hide a later
+    source under /work (the cluster's own folders live below the repository)."""
+    fds = []
+    for mount in mounts:
+        source = str(mount["source"])
+        if not os.path.exists(source):
+            raise FileNotFoundError(f"volume source {source} does not exist")
+        fds.append(os.open(source, os.O_PATH | os.O_CLOEXEC))
+    return fds
+
+
+def bind(source_fd: int, target: str, read_only: bool) -> None:
+    _ensure_mount_point(target, is_dir=stat.S_ISDIR(os.fstat(source_fd).st_mode))
+    src, dst = f"/proc/self/fd/{source_fd}".encode(), os.fsencode(target)
+    _check(_libc.mount(src, dst, None, MS_BIND | MS_REC, None), f"bind on {target}")
     if read_only:
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY
-        _check(_libc.mount(src, dst, None, flags, None), f"remount {target} read-only")
+        _check(_libc.mount(None, dst, None, flags, None), f"remount {target} read-only")
 
 
 def _ensure_mount_point(target: str, is_dir: bool) -> None:
@@ -64,13 +75,30 @@ def _ensure_mount_point(target: str, is_dir: bool) -> None:
         open(target, "a").close()
 
 
+def enter_working_dir(cwd: str, fd_before_mounts: int | None) -> None:
+    """The path as the container sees it (it may be in a volume); if a mount hid it, the
+    folder it named before the mounts (the default, private working directory)."""
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    elif fd_before_mounts is not None:
+        os.fchdir(fd_before_mounts)
+    else:
+        os.makedirs(cwd)
+        os.chdir(cwd)
+
+
 def run(plan: dict[str, object]) -> None:
+    mounts: list[dict[str, object]] = plan["mounts"]  # type: ignore[assignment]
+    # Sources are opened inside the new namespace: a bind mount's source must be a mount
+    # of the caller's own namespace, and right after unshare the view is still the host's.
     enter_private_mount_namespace()
-    for mount in plan["mounts"]:  # type: ignore[attr-defined]
-        bind(mount["source"], mount["target"], bool(mount["read_only"]))
+    sources = open_sources(mounts)
     cwd = str(plan["cwd"])
-    os.makedirs(cwd, exist_ok=True)
-    os.chdir(cwd)
+    cwd_fd = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if os.path.isdir(cwd) else None
+    for fd, mount in zip(sources, mounts, strict=True):
+        bind(fd, str(mount["target"]), bool(mount["read_only"]))
+        os.close(fd)
+    enter_working_dir(cwd, cwd_fd)
     argv = [str(a) for a in plan["argv"]]  # type: ignore[attr-defined]
     env = {str(k): str(v) for k, v in plan["env"].items()}  # type: ignore[attr-defined]
     try:

@@ -129,6 +129,8 @@ def controller_manager_command(layout: Layout, ports: Ports) -> list[str]:
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
+        # No front proxy here: do not look up its request-header CA (it would only log errors).
+        "--authentication-skip-lookup=true",
         f"--bind-address={LOOPBACK}",
         f"--secure-port={ports.controller_manager}",
         f"--tls-cert-file={pki.cert('controller-manager')}",

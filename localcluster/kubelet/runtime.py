@@ -56,6 +56,8 @@ class ContainerProcess:
     @staticmethod
     def _spawn(spec: LaunchSpec, python: str) -> tuple[subprocess.Popen[bytes], int]:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
+        if spec.cwd.startswith(str(spec.work_dir)):
+            Path(spec.cwd).mkdir(parents=True, exist_ok=True)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         plan_file = spec.work_dir / "plan.json"
         fd = os.open(plan_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

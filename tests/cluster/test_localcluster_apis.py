@@ -46,9 +46,9 @@ def test_in_cluster_clients_are_subject_to_rbac(
     )
 
     def run(name: str) -> client.V1Pod:
-        core.create_namespaced_pod(
-            namespace, shell_pod(name, LIST_PODS, image="python:3.11", serviceAccountName="reader")
-        )
+        manifest = shell_pod(name, LIST_PODS, image="python:3.11")
+        manifest["spec"]["serviceAccountName"] = "reader"
+        core.create_namespaced_pod(namespace, manifest)
         return wait_for(
             f"{name} to finish", phase_in(core, namespace, name, "Succeeded", "Failed"), timeout=60
         )
