@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from localcluster.kubeapi import ApiConfig, ApiError, KubeApi, WatchExpired, pod_path
 from localcluster.kubelet import node as nodes
+from localcluster.kubelet import storage
 from localcluster.kubelet.events import SCHEDULER, EventRecorder
 from localcluster.kubelet.images import ImageMap, load_image_map
 from localcluster.kubelet.launch import pod_log_dir
@@ -135,11 +136,24 @@ class NodeAgent:
         if killed:
             log.info("killed %d container process groups left by a previous agent", len(killed))
         self._register_node()
+        self._ensure_storage_class()
         pki = Pki(self.layout.pki_dir)
         server = LogServer(self.settings.port, self, pki.cert("kubelet"), pki.key("kubelet"), pki.ca_cert)
         server.start()
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
-        threading.Thread(target=self._watch_pods, name="watch-pods", daemon=True).start()
+        pods = threading.Thread(
+            target=self._watch,
+            args=("/api/v1/pods", self._on_pod_event, self._on_pod_list),
+            name="watch-pods",
+        )
+        claims = threading.Thread(
+            target=self._watch,
+            args=("/api/v1/persistentvolumeclaims", self._on_claim_event, self._on_claim_list),
+            name="watch-claims",
+        )
+        for thread in (pods, claims):
+            thread.daemon = True
+            thread.start()
         log.info("node %s ready; kubelet API on 127.0.0.1:%d", self.settings.node_name, self.settings.port)
         self._stop.wait()
         self._shutdown()
@@ -205,36 +219,41 @@ class NodeAgent:
 
     # ---- pods --------------------------------------------------------------------------
 
-    def _watch_pods(self) -> None:
+    def _watch(
+        self, path: str, on_event: Callable[[str, JsonDict], None], on_list: Callable[[list[JsonDict]], None]
+    ) -> None:
+        """List, then watch from the list's resourceVersion; relist when it expires (410)."""
         resource_version: str | None = None
         while not self._stop.is_set():
             try:
                 if resource_version is None:
-                    resource_version = self._relist()
-                for event in self.api.watch("/api/v1/pods", resource_version, WATCH_SECONDS):
-                    obj = event["object"]
-                    resource_version = obj["metadata"]["resourceVersion"]
-                    if event["type"] == "DELETED":
-                        self._on_deleted(obj)
-                    elif event["type"] in ("ADDED", "MODIFIED"):
-                        self._on_pod(obj)
+                    listing = self.api.get(path)
+                    on_list(listing["items"])
+                    resource_version = str(listing["metadata"]["resourceVersion"])
+                for event in self.api.watch(path, resource_version, WATCH_SECONDS):
+                    resource_version = event["object"]["metadata"]["resourceVersion"]
+                    on_event(event["type"], event["object"])
             except WatchExpired:
-                log.info("pod watch expired (410 Gone): relisting")
+                log.info("watch of %s expired (410 Gone): relisting", path)
                 resource_version = None
             except Exception as e:
-                log.warning("pod watch failed, retrying: %s", e)
+                log.warning("watch of %s failed, retrying: %s", path, e)
                 time.sleep(1.0)
 
-    def _relist(self) -> str:
-        listing = self.api.get("/api/v1/pods")
-        seen = {pod["metadata"]["uid"] for pod in listing["items"]}
+    def _on_pod_event(self, kind: str, pod: JsonDict) -> None:
+        if kind == "DELETED":
+            self._on_deleted(pod)
+        elif kind in ("ADDED", "MODIFIED"):
+            self._on_pod(pod)
+
+    def _on_pod_list(self, pods: list[JsonDict]) -> None:
+        seen = {pod["metadata"]["uid"] for pod in pods}
         with self._lock:
             vanished = [w for uid, w in self._workers.items() if uid not in seen]
         for worker in vanished:
             worker.gone()
-        for pod in listing["items"]:
+        for pod in pods:
             self._on_pod(pod)
-        return str(listing["metadata"]["resourceVersion"])
 
     def _on_pod(self, pod: JsonDict) -> None:
         meta = pod["metadata"]
@@ -318,6 +337,33 @@ class NodeAgent:
         except ApiError as e:
             if e.status not in (404, 409):
                 log.warning("removing %s/%s failed: %s", meta["namespace"], meta["name"], e)
+
+    # ---- persistent volume claims ------------------------------------------------------
+
+    def _ensure_storage_class(self) -> None:
+        try:
+            self.api.post("/apis/storage.k8s.io/v1/storageclasses", storage.storage_class())
+        except ApiError as e:
+            if e.status != 409:
+                raise
+
+    def _on_claim_event(self, kind: str, claim: JsonDict) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self._provision(claim)
+
+    def _on_claim_list(self, claims: list[JsonDict]) -> None:
+        for claim in claims:
+            self._provision(claim)
+
+    def _provision(self, claim: JsonDict) -> None:
+        """Creates the claim's PersistentVolume; the controller manager binds the two."""
+        if not storage.needs_volume(claim):
+            return
+        try:
+            self.api.post("/api/v1/persistentvolumes", storage.volume_for(claim, self.layout.pv_dir))
+        except ApiError as e:
+            if e.status != 409:
+                log.warning("provisioning a volume for %s failed: %s", claim["metadata"]["name"], e)
 
     # ---- LogLocator, for the kubelet API -----------------------------------------------
 

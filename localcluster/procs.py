@@ -131,6 +131,9 @@ def _reap(pid: int) -> None:
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the servers themselves do: a port whose old connections linger in TIME_WAIT
+        # (our own health checks) is still free to listen on.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

@@ -650,7 +650,8 @@ class PodWorker:
                 {"metadata": {"uid": self.uid}, "status": status},
             )
         except ApiError as e:
-            if e.status in (404, 409, 422):
+            # 422 on metadata.uid: a new pod of the same name replaced ours.
+            if e.status in (404, 409) or (e.status == 422 and "metadata.uid" in str(e)):
                 raise PodGone() from e
             log.warning("pod %s/%s: status update failed, will retry: %s", self.namespace, self.name, e)
             self._report_at = time.time() + STATUS_RETRY_SECONDS

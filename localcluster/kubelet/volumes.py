@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.kubelet.envvars import ConfigError, ObjectKey, Objects, expand, field_value, resource_value
+from localcluster.kubelet.storage import claim_folder
 
 JsonDict = dict[str, Any]
 
@@ -84,7 +85,7 @@ def plan_volumes(pod: JsonDict, pod_dir: Path, pv_dir: Path) -> dict[str, Volume
             path = source["path"]
         elif kind == "persistentVolumeClaim":
             claim = source["claimName"]
-            plans[name] = VolumePlan(name, kind, str(pv_dir / namespace / claim), source, claim)
+            plans[name] = VolumePlan(name, kind, str(claim_folder(pv_dir, namespace, claim)), source, claim)
             continue
         else:
             folder = "empty-dir" if kind == "emptyDir" else kind.lower()

@@ -95,6 +95,8 @@ def test_a_claims_folder_survives_the_pod(
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
     }
     core.create_namespaced_persistent_volume_claim(namespace, claim)
+    bound = lambda: core.read_namespaced_persistent_volume_claim("state", namespace).status.phase == "Bound"  # noqa: E731
+    wait_for("the claim to be bound to a provisioned volume", bound)
     volumes = [{"name": "state", "persistentVolumeClaim": {"claimName": "state"}}]
     mounts = [{"name": "state", "mountPath": "/state"}]
     writer = shell_pod("user", "echo first-run > /state/note", volumes=volumes, mounts=mounts)

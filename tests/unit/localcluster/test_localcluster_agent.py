@@ -1,7 +1,10 @@
 """The node agent's pure decisions: which pods it binds, restarts and back-off."""
 
+from pathlib import Path
+
 import pytest
 
+from localcluster.kubelet import storage
 from localcluster.kubelet.node import HostFacts, lease_object, micro_time, node_object
 from localcluster.kubelet.pods import Backoff, should_restart
 from localcluster.node_agent import schedulable
@@ -57,3 +60,27 @@ def test_node_reports_ready_with_its_kubelet_port_and_lease_micro_time() -> None
     assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
     assert lease_object("local-node", "uid", 1.5)["spec"]["renewTime"] == "1970-01-01T00:00:01.500000Z"
     assert micro_time(0.25).endswith(".250000Z")
+
+
+def test_pending_claims_of_the_default_class_get_a_volume_on_their_folder() -> None:
+    claim = {
+        "metadata": {"name": "state", "namespace": "ns", "uid": "u-1"},
+        "spec": {
+            "storageClassName": "local-path",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "2Gi"}},
+        },
+        "status": {"phase": "Pending"},
+    }
+    assert storage.needs_volume(claim)
+    volume = storage.volume_for(claim, Path("/c/pv"))
+    assert volume["metadata"]["name"] == "pvc-u-1"
+    assert volume["spec"]["hostPath"]["path"] == "/c/pv/ns/state"
+    assert volume["spec"]["claimRef"]["uid"] == "u-1"
+    assert volume["spec"]["capacity"] == {"storage": "2Gi"}
+    assert not storage.needs_volume({**claim, "spec": {**claim["spec"], "volumeName": "pvc-u-1"}})
+    assert not storage.needs_volume({**claim, "spec": {**claim["spec"], "storageClassName": "fast"}})
+    assert (
+        storage.storage_class()["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"]
+        == "true"
+    )

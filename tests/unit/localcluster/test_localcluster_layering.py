@@ -17,6 +17,7 @@ PURE = [
     "kubelet/launch.py",
     "kubelet/status.py",
     "kubelet/node.py",
+    "kubelet/storage.py",
 ]
 IMPURE = {
     "subprocess",
