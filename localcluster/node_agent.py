@@ -350,6 +350,14 @@ class NodeAgent:
     def _on_claim_event(self, kind: str, claim: JsonDict) -> None:
         if kind in ("ADDED", "MODIFIED"):
             self._provision(claim)
+        elif kind == "DELETED":
+            # The folder stays (a claim of the same name finds it again); the volume object
+            # goes, or Released volumes would pile up over test runs.
+            try:
+                self.api.delete(f"/api/v1/persistentvolumes/{storage.volume_name(claim)}")
+            except ApiError as e:
+                if e.status != 404:
+                    log.warning("deleting the volume of %s failed: %s", claim["metadata"]["name"], e)
 
     def _on_claim_list(self, claims: list[JsonDict]) -> None:
         for claim in claims:

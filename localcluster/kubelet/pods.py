@@ -21,7 +21,7 @@ from localcluster.kubelet.envvars import ConfigError, ObjectKey, referenced_obje
 from localcluster.kubelet.events import EventRecorder, container_field
 from localcluster.kubelet.images import ImageConfig, ImageMap, normalize_repository
 from localcluster.kubelet.launch import LaunchError, PodPaths, base_env, build_launch
-from localcluster.kubelet.probes import Prober, ProbeTarget
+from localcluster.kubelet.probes import Prober, ProbeTarget, check
 from localcluster.kubelet.runtime import ContainerProcess
 from localcluster.kubelet.volumes import (
     TokenSpec,
@@ -600,12 +600,16 @@ class PodWorker:
         self.remove_folders()
 
     def _stop_everything(self, grace: float) -> None:
+        """preStop hooks, SIGTERM to each main process, SIGKILL to the groups at the deadline;
+        all within the grace period, containers in parallel."""
+        deadline = time.monotonic() + grace
         running = [c for c in self._init + self._containers if c.process is not None]
         for c in running:
             c.stop_probers()
+        self._run_pre_stop_hooks(running, deadline)
+        for c in running:
             assert c.process is not None
             c.process.terminate()
-        deadline = time.monotonic() + grace
         for c in running:
             assert c.process is not None
             if not c.process.wait(max(0.0, deadline - time.monotonic())):
@@ -613,6 +617,20 @@ class PodWorker:
         for c in running:
             assert c.process is not None
             c.process.wait(10.0)
+
+    def _run_pre_stop_hooks(self, running: list[Container], deadline: float) -> None:
+        hooks = []
+        for c in running:
+            hook = (c.spec.get("lifecycle") or {}).get("preStop")
+            if hook and c.process is not None:
+                target = ProbeTarget(c.process.pid, c.launch_env, c.launch_cwd)
+                thread = threading.Thread(
+                    target=_run_hook, args=(hook, c.spec, target, deadline), daemon=True
+                )
+                thread.start()
+                hooks.append(thread)
+        for thread in hooks:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def remove_folders(self) -> None:
         remove_pod_folder(self._ctx, self.uid)
@@ -723,6 +741,17 @@ def _parse_time(value: str | None) -> float | None:
     if not value:
         return None
     return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def _run_hook(hook: JsonDict, container: JsonDict, target: ProbeTarget, deadline: float) -> None:
+    """A preStop hook: exec or httpGet (as a probe would run them) or sleep."""
+    remaining = max(0.0, deadline - time.monotonic())
+    if "sleep" in hook:
+        time.sleep(min(remaining, float(hook["sleep"].get("seconds", 0))))
+        return
+    ok, message = check(hook, container, target, remaining)
+    if not ok:
+        log.info("preStop hook of %s failed: %s", container["name"], message)
 
 
 def _terminated(process: ContainerProcess) -> st.Terminated:

@@ -25,7 +25,8 @@ def storage_class() -> JsonDict:
             "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
         },
         "provisioner": PROVISIONER,
-        # Retain: the folder outlives its claim, and a claim of the same name finds it again.
+        # Retain: the folder outlives its claim, and a claim of the same name finds it again
+        # (the agent deletes the PersistentVolume object itself with its claim).
         "reclaimPolicy": "Retain",
         "volumeBindingMode": "Immediate",
     }
@@ -43,6 +44,10 @@ def needs_volume(claim: JsonDict) -> bool:
 
 def claim_folder(pv_dir: Path, namespace: str, claim: str) -> Path:
     return pv_dir / namespace / claim
+
+
+def volume_name(claim: JsonDict) -> str:
+    return f"pvc-{claim['metadata']['uid']}"
 
 
 def volume_for(claim: JsonDict, pv_dir: Path) -> JsonDict:

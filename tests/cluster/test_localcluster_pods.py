@@ -46,6 +46,8 @@ def test_deleting_a_running_pod_sends_sigterm_to_its_process(
         script,
         volumes=[{"name": "data", "hostPath": host_path(tmp_path)}],
         mounts=[{"name": "data", "mountPath": "/data"}],
+        # The hook runs first, inside the container's mount namespace.
+        lifecycle={"preStop": {"exec": {"command": ["sh", "-c", "echo hook > /data/pre-stop"]}}},
     )
     core.create_namespaced_pod(namespace, manifest)
     wait_for("the process to start", (tmp_path / "ready").exists)
@@ -65,6 +67,7 @@ def test_deleting_a_running_pod_sends_sigterm_to_its_process(
         last_status = event["object"].status
     else:
         pytest.fail("the pod was not removed within 20s")
+    assert (tmp_path / "pre-stop").read_text() == "hook\n"
     assert (tmp_path / "marker").read_text() == "handled\n"
     assert time.monotonic() - began < 8, (
         "the pod should go as soon as its process exits, not after the grace period"
@@ -214,8 +217,12 @@ def test_kubectl_logs_follow_ends_with_the_container(
     assert logs.splitlines() == ["tick 1", "tick 2", "tick 3"]
 
 
-def test_crashing_containers_restart_with_back_off(core: client.CoreV1Api, namespace: str) -> None:
-    core.create_namespaced_pod(namespace, shell_pod("crasher", "exit 1", restart="OnFailure"))
+def test_crashing_containers_restart_with_back_off(
+    core: client.CoreV1Api, namespace: str, local_cluster: ClusterInfo
+) -> None:
+    core.create_namespaced_pod(
+        namespace, shell_pod("crasher", "echo run $(date +%N); exit 1", restart="OnFailure")
+    )
 
     def backing_off() -> client.V1ContainerStatus | None:
         statuses = core.read_namespaced_pod("crasher", namespace).status.container_statuses or []
@@ -226,3 +233,5 @@ def test_crashing_containers_restart_with_back_off(core: client.CoreV1Api, names
     assert status.restart_count >= 1
     assert status.last_state.terminated.exit_code == 1
     assert core.read_namespaced_pod("crasher", namespace).status.phase == "Running"
+    previous = kubectl(local_cluster, "logs", "--previous", "-n", namespace, "crasher")
+    assert previous.startswith("run ")
