@@ -353,15 +353,23 @@ class NodeAgent:
         elif kind == "DELETED":
             # The folder stays (a claim of the same name finds it again); the volume object
             # goes, or Released volumes would pile up over test runs.
-            try:
-                self.api.delete(f"/api/v1/persistentvolumes/{storage.volume_name(claim)}")
-            except ApiError as e:
-                if e.status != 404:
-                    log.warning("deleting the volume of %s failed: %s", claim["metadata"]["name"], e)
+            self._delete_volume(storage.volume_name(claim))
+
+    def _delete_volume(self, name: str) -> None:
+        try:
+            self.api.delete(f"/api/v1/persistentvolumes/{name}")
+        except ApiError as e:
+            if e.status != 404:
+                log.warning("deleting volume %s failed: %s", name, e)
 
     def _on_claim_list(self, claims: list[JsonDict]) -> None:
         for claim in claims:
             self._provision(claim)
+        # Claims deleted while the agent was not watching.
+        live = {claim["metadata"]["uid"] for claim in claims}
+        for volume in self.api.get("/api/v1/persistentvolumes")["items"]:
+            if storage.is_orphan(volume, live):
+                self._delete_volume(volume["metadata"]["name"])
 
     def _provision(self, claim: JsonDict) -> None:
         """Creates the claim's PersistentVolume; the controller manager binds the two."""

@@ -46,6 +46,15 @@ def claim_folder(pv_dir: Path, namespace: str, claim: str) -> Path:
     return pv_dir / namespace / claim
 
 
+def is_orphan(volume: JsonDict, live_claim_uids: set[str]) -> bool:
+    """A volume we provisioned whose claim no longer exists."""
+    annotations = volume["metadata"].get("annotations") or {}
+    claim_uid = (volume.get("spec", {}).get("claimRef") or {}).get("uid")
+    return (
+        annotations.get("pv.kubernetes.io/provisioned-by") == PROVISIONER and claim_uid not in live_claim_uids
+    )
+
+
 def volume_name(claim: JsonDict) -> str:
     return f"pvc-{claim['metadata']['uid']}"
 
