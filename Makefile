@@ -62,3 +62,12 @@ cluster-down: ## Stop everything cluster-up started (by process id) and keep its
 .PHONY: cluster-clean
 cluster-clean: cluster-down ## Stop the local cluster and delete its data (.cache/cluster).
 	rm -rf .cache/cluster
+
+.PHONY: cluster-status
+cluster-status: ## Show each local cluster process with its port, pid and health.
+	$(PY) -m localcluster status
+
+.PHONY: cluster-test
+cluster-test: venv bins ## Test the local control plane: pure unit tests, then tests/cluster (starts the cluster if needed).
+	$(PYTEST) tests/unit/localcluster -q
+	$(PYTEST) tests/cluster -q

@@ -4,10 +4,11 @@ import base64
 import ipaddress
 from pathlib import Path
 
+import pytest
 import yaml
 from cryptography import x509
 
-from localcluster import controlplane
+from localcluster import cluster, controlplane
 from localcluster.controlplane import Ports, choose_ports
 from localcluster.layout import Layout
 from localcluster.pki import TOKEN_USERS, Pki, TokenUser, ensure_pki, token_file_text
@@ -97,3 +98,24 @@ def test_pki_serving_certificates_carry_the_required_names(tmp_path: Path) -> No
     }
     assert (pki.dir / "ca.key").stat().st_mode & 0o777 == 0o600
     assert set(yaml.safe_load(pki.tokens_json.read_text())) == set(TOKEN_USERS)
+
+
+def test_up_refuses_in_one_sentence_without_mount_namespaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = Layout(repo=tmp_path, venv=tmp_path / ".venv")
+    layout.bin_dir.mkdir(parents=True)
+    for name in cluster.REQUIRED_BINARIES:
+        (layout.bin_dir / name).write_text("#!/bin/sh\n")
+        (layout.bin_dir / name).chmod(0o755)
+    monkeypatch.setattr(cluster, "mount_namespaces_available", lambda: False)
+    with pytest.raises(cluster.ClusterError) as refused:
+        cluster.check_prerequisites(layout)
+    message = str(refused.value)
+    assert "mount namespace" in message and "root" in message
+    assert message.count(". ") == 0 and message.endswith(".")
+
+
+def test_up_names_the_missing_binaries(tmp_path: Path) -> None:
+    with pytest.raises(cluster.ClusterError, match="missing etcd, kube-apiserver.*make bins"):
+        cluster.check_prerequisites(Layout(repo=tmp_path, venv=tmp_path / ".venv"))
