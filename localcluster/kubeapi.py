@@ -157,12 +157,7 @@ class KubeApi:
             if response.status >= 300:
                 raise ApiError(response.status, response.read())
             for event in _json_lines(response):
-                if event.get("type") == "ERROR":
-                    status = event.get("object", {})
-                    if status.get("code") == 410:
-                        raise WatchExpired(path)
-                    raise ApiError(int(status.get("code", 500)), json.dumps(status).encode())
-                yield event
+                yield checked_event(event, path)
         finally:
             response.release_conn()
 
@@ -171,6 +166,16 @@ class KubeApi:
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         return url
+
+
+def checked_event(event: JsonDict, path: str) -> JsonDict:
+    """A watch event, or the error an ERROR event stands for (410 Gone: WatchExpired)."""
+    if event.get("type") != "ERROR":
+        return event
+    status = event.get("object", {})
+    if status.get("code") == 410:
+        raise WatchExpired(path)
+    raise ApiError(int(status.get("code", 500)), json.dumps(status).encode())
 
 
 def _json_lines(response: urllib3.BaseHTTPResponse) -> Iterator[JsonDict]:

@@ -10,7 +10,6 @@ from botocore.exceptions import ClientError
 from kubernetes import client
 
 from localcluster import ClusterInfo
-from localcluster.kubeapi import ApiConfig, KubeApi, WatchExpired
 from localcluster.testing import kubectl, phase_in, shell_pod, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -33,12 +32,6 @@ print("allowed")
 def test_kubectl_shows_the_node_ready(local_cluster: ClusterInfo) -> None:
     lines = kubectl(local_cluster, "get", "nodes", "--no-headers").split("\n")
     assert lines[0].split()[:2] == ["local-node", "Ready"]
-
-
-def test_an_expired_watch_is_told_apart_from_other_errors(local_cluster: ClusterInfo) -> None:
-    api = KubeApi(ApiConfig.from_kubeconfig(local_cluster.kubeconfig))
-    with pytest.raises(WatchExpired):
-        next(iter(api.watch("/api/v1/pods", resource_version="1", timeout_seconds=5)))
 
 
 def test_in_cluster_clients_are_subject_to_rbac(

@@ -1,4 +1,4 @@
-"""Log tails and following, and process identity."""
+"""Log tails and following, process identity, watch errors."""
 
 import os
 from pathlib import Path
@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import procs
+from localcluster.kubeapi import ApiError, WatchExpired, checked_event
 from localcluster.kubelet.logs import stream_log, tail_offset
 
 
@@ -57,3 +58,18 @@ def test_a_record_matches_only_the_same_process() -> None:
     record = procs.ProcessRecord.of(os.getpid())
     assert procs.is_alive(record)
     assert not procs.is_alive(procs.ProcessRecord(os.getpid(), record.start_ticks + 1))
+
+
+def test_watch_errors_are_told_apart() -> None:
+    gone = {
+        "type": "ERROR",
+        "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"},
+    }
+    with pytest.raises(WatchExpired):
+        checked_event(gone, "/api/v1/pods")
+    forbidden = {"type": "ERROR", "object": {"kind": "Status", "code": 403, "reason": "Forbidden"}}
+    with pytest.raises(ApiError) as error:
+        checked_event(forbidden, "/api/v1/pods")
+    assert error.value.status == 403 and error.value.reason == "Forbidden"
+    event = {"type": "MODIFIED", "object": {}}
+    assert checked_event(event, "/api/v1/pods") is event
