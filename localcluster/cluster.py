@@ -24,6 +24,7 @@ import yaml
 from localcluster import controlplane, procs
 from localcluster.controlplane import COMPONENTS, Ports
 from localcluster.kubeapi import ApiConfig, ApiError, KubeApi
+from localcluster.kubelet.runtime import kill_leftovers
 from localcluster.layout import LOOPBACK, NODE_NAME, Layout
 from localcluster.pki import Pki, ensure_pki
 
@@ -236,6 +237,15 @@ class Cluster:
                 self._out(f"... {how} in {time.monotonic() - began:.1f}s")
             del state.processes[name]
             self._save_state(state)
+            if name == "node-agent":
+                self._kill_orphaned_containers()
+
+    def _kill_orphaned_containers(self) -> None:
+        # Only if the agent died or was killed before stopping its pods: their process
+        # groups, recorded by pid and start time under pods/.
+        killed = kill_leftovers(self.layout.pods_dir)
+        if killed:
+            self._out(f"... killed {len(killed)} container processes the node agent left behind")
 
     # ---- health -----------------------------------------------------------------------
 
