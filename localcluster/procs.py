@@ -116,8 +116,8 @@ def _signal(record: ProcessRecord, sig: signal.Signals) -> bool:
 def _wait_gone(record: ProcessRecord, timeout: float, poll: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _reap(record.pid)
         if not is_alive(record):
+            _reap(record.pid)  # our child (started by this process): no zombie left behind
             return True
         time.sleep(poll)
     return not is_alive(record)
