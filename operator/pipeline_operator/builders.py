@@ -1,0 +1,257 @@
+"""Pure builders of what the operator creates: the driver pod, its headless Service, the
+state cleanup pod, and the configuration injected into the driver (spark_app.contract).
+
+Every function takes values and returns plain dicts; tests call them directly.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline_operator import names
+from pipeline_operator.spec import FilesystemBackend, PipelineSpec, S3Backend
+from spark_app import contract
+from spark_app.contract import InjectedConfig
+
+STATE_VOLUME = "state"
+JsonDict = dict[str, Any]
+
+
+def owner_reference(resource: Mapping[str, Any]) -> JsonDict:
+    """Makes the PersistentPipeline the controller of a created object (garbage-collected with it)."""
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "name": resource["metadata"]["name"],
+        "uid": resource["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def spark_conf(spec: PipelineSpec, epoch: int) -> dict[str, str]:
+    """The Spark settings of a driver: the spec's sparkConf, overridden by the execution
+    mode's (the master, where the driver is, executor counts), so that sparkConf cannot
+    move the driver out of its pod."""
+    conf = {k: str(v) for k, v in spec.application.spark_conf.items()}
+    execution = spec.execution
+    if execution.mode == "Local":
+        conf["spark.master"] = f"local[{execution.local_threads}]"
+        return conf
+    # Client mode inside our own pod: executors are owned by the driver pod (Spark sets the
+    # owner reference from spark.kubernetes.driver.pod.name) and go away with it.
+    conf.update({
+        "spark.master": "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)",
+        "spark.submit.deployMode": "client",
+        "spark.kubernetes.namespace": spec.namespace,
+        "spark.kubernetes.driver.pod.name": names.driver_pod_name(spec.name),
+        "spark.kubernetes.container.image": spec.image,
+        "spark.kubernetes.container.image.pullPolicy": spec.image_pull_policy,
+        "spark.driver.host": f"$({names.POD_IP_ENV})",
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.port": str(execution.driver_port),
+        "spark.blockManager.port": str(execution.block_manager_port),
+        f"spark.kubernetes.executor.label.{names.LABEL_PIPELINE}": spec.name,
+        f"spark.kubernetes.executor.label.{names.LABEL_ROLE}": "executor",
+        f"spark.kubernetes.executor.annotation.{names.ANNOTATION_EPOCH}": str(epoch),
+    })
+    conf["spark.executor.instances"] = str(execution.executors.instances)
+    conf["spark.executor.cores"] = str(execution.executors.cores)
+    conf["spark.executor.memory"] = execution.executors.memory
+    if spec.driver.service_account_name:
+        conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = spec.driver.service_account_name
+    return conf
+
+
+def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> InjectedConfig:
+    """What the driver reads with spark_app.persistence.Config.from_env()."""
+    backend = spec.persistence.backend
+    s3 = backend if isinstance(backend, S3Backend) else None
+    return InjectedConfig(
+        metadata_uri=state_root,
+        snapshot_uri=state_root,
+        snapshot_interval_ms=spec.persistence.snapshot_interval_seconds * 1000,
+        epoch=epoch,
+        pipeline=spec.pipeline,
+        s3_endpoint=s3.endpoint if s3 else None,
+        s3_region=s3.region if s3 else None,
+        s3_path_style=s3.path_style if s3 else False,
+        spark_conf=spark_conf(spec, epoch),
+        dead_letter_uri=spec.application.dead_letter_uri,
+    )
+
+
+def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDict) -> JsonDict:
+    """The driver pod of one epoch. restartPolicy Never: the operator, not the kubelet,
+    decides on relaunches, each with a new epoch."""
+    app = spec.application
+    target = ["-m", app.module] if app.module else [app.file or ""]
+    env = [
+        # Downward API first: the variables below refer to them with $(...).
+        _field_env(contract.POD_NAME, "metadata.name"),
+        _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
+        _field_env(names.POD_IP_ENV, "status.podIP"),
+        *_credential_env(spec),
+        *(dict(var) for var in spec.driver.env),
+        *({"name": k, "value": v}
+          for k, v in injected_config(spec, epoch=epoch, state_root=state_root).to_env().items()),
+    ]
+    container: JsonDict = {
+        "name": names.DRIVER_CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "args": ["driver", *target, *app.args],
+        "env": env,
+        "resources": copy.deepcopy(dict(spec.driver.resources)),
+        "terminationMessagePath": contract.TERMINATION_LOG,
+        # Kubernetes falls back to the log's tail when the driver died before writing one.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": _state_mounts(spec),
+    }
+    if spec.execution.mode == "Kubernetes":
+        container["ports"] = [
+            {"name": "driver-rpc", "containerPort": spec.execution.driver_port},
+            {"name": "blockmanager", "containerPort": spec.execution.block_manager_port},
+        ]
+    pod_spec: JsonDict = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": spec.driver.termination_grace_period_seconds,
+        "containers": [container],
+        "volumes": _state_volumes(spec),
+    }
+    if spec.driver.service_account_name:
+        pod_spec["serviceAccountName"] = spec.driver.service_account_name
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": names.driver_pod_name(spec.name),
+            "namespace": spec.namespace,
+            "labels": names.labels(spec.name, names.ROLE_DRIVER),
+            "annotations": {
+                names.ANNOTATION_EPOCH: str(epoch),
+                names.ANNOTATION_SPEC_HASH: spec.pod_hash(),
+                names.ANNOTATION_RESTART_NONCE: spec.restart_nonce,
+                names.ANNOTATION_STATE_ROOT: state_root,
+            },
+            "ownerReferences": [owner],
+        },
+        "spec": pod_spec,
+    }
+    return merge(dict(spec.driver.pod_template), pod)
+
+
+def driver_service(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
+    """A headless Service in front of the driver, for executors and for kubectl users."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names.driver_service_name(spec.name),
+            "namespace": spec.namespace,
+            "labels": names.labels(spec.name, names.ROLE_DRIVER),
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {names.LABEL_PIPELINE: spec.name, names.LABEL_ROLE: names.ROLE_DRIVER},
+            "ports": [
+                {"name": "driver-rpc", "port": spec.execution.driver_port},
+                {"name": "blockmanager", "port": spec.execution.block_manager_port},
+            ],
+        },
+    }
+
+
+def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
+    """Deletes the pipeline's stored state (every reset and generation below its base) with
+    the runtime's own `spark_app reset`, in a pod so that it can reach a claim the
+    operator does not mount, with the same Secret references as the driver."""
+    s3 = spec.persistence.backend if isinstance(spec.persistence.backend, S3Backend) else None
+    env = list(_credential_env(spec))
+    if s3 and s3.endpoint:
+        env.append({"name": contract.S3_ENDPOINT, "value": s3.endpoint})
+    if s3 and s3.region:
+        env.append({"name": contract.S3_REGION, "value": s3.region})
+    template_spec = {k: v for k, v in dict(spec.driver.pod_template).get("spec", {}).items()
+                     if k not in ("containers", "initContainers")}
+    pod_spec: JsonDict = {
+        "restartPolicy": "OnFailure",
+        "containers": [{
+            "name": names.CLEANUP_CONTAINER,
+            "image": spec.image,
+            "imagePullPolicy": spec.image_pull_policy,
+            "args": ["python", "-m", "spark_app", "reset", spec.persistence.base_uri, "--yes"],
+            "env": env,
+            "volumeMounts": _state_mounts(spec),
+        }],
+        "volumes": _state_volumes(spec),
+    }
+    if spec.driver.service_account_name:
+        pod_spec["serviceAccountName"] = spec.driver.service_account_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": names.cleanup_pod_name(spec.name),
+            "namespace": spec.namespace,
+            "labels": names.labels(spec.name, names.ROLE_CLEANUP),
+            "ownerReferences": [owner],
+        },
+        "spec": merge(template_spec, pod_spec),
+    }
+
+
+def merge(base: Any, override: Any) -> Any:
+    """Overlays ``override`` on ``base`` (a pod template): objects merge key by key, lists
+    of named objects (containers, volumes, env, mounts, ports) merge by name, and anything
+    else in ``override`` replaces what ``base`` has."""
+    if isinstance(base, Mapping) and isinstance(override, Mapping):
+        merged = {k: copy.deepcopy(v) for k, v in base.items()}
+        for key, value in override.items():
+            merged[key] = merge(base[key], value) if key in base else copy.deepcopy(value)
+        return merged
+    if _named_list(base) and _named_list(override):
+        by_name = {item["name"]: item for item in override}
+        merged_list = [merge(item, by_name.pop(item["name"])) if item["name"] in by_name else copy.deepcopy(item)
+                       for item in base]
+        return merged_list + [copy.deepcopy(item) for item in override if item["name"] in by_name]
+    return copy.deepcopy(override)
+
+
+def _named_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, Mapping) and "name" in i for i in value)
+
+
+def _field_env(name: str, path: str) -> JsonDict:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _credential_env(spec: PipelineSpec) -> list[JsonDict]:
+    """S3 credentials, only ever as secretKeyRef: the values never pass through the operator."""
+    backend = spec.persistence.backend
+    if not isinstance(backend, S3Backend) or backend.credentials is None:
+        return []
+    creds = backend.credentials
+    pairs = [(contract.AWS_ACCESS_KEY_ID, creds.access_key_id_key),
+             (contract.AWS_SECRET_ACCESS_KEY, creds.secret_access_key_key)]
+    if creds.session_token_key:
+        pairs.append((contract.AWS_SESSION_TOKEN, creds.session_token_key))
+    return [{"name": var, "valueFrom": {"secretKeyRef": {"name": creds.secret_name, "key": key}}}
+            for var, key in pairs]
+
+
+def _state_volumes(spec: PipelineSpec) -> list[JsonDict]:
+    backend = spec.persistence.backend
+    if isinstance(backend, FilesystemBackend):
+        return [{"name": STATE_VOLUME, "persistentVolumeClaim": {"claimName": backend.claim_name}}]
+    return []
+
+
+def _state_mounts(spec: PipelineSpec) -> list[JsonDict]:
+    if isinstance(spec.persistence.backend, FilesystemBackend):
+        return [{"name": STATE_VOLUME, "mountPath": names.STATE_MOUNT_PATH}]
+    return []

@@ -1,0 +1,88 @@
+"""kopf handlers: glue between kopf and the Reconciler, and the edge where the
+operator's domain errors become kopf's.
+
+* One daemon per PersistentPipeline keeps it as its spec says: reconcile, then sleep
+  until a watch event wakes it or the step's own deadline (a backoff, a poll) comes.
+* Events on driver pods and on spec changes only wake that daemon.
+* Deletion runs the same reconcile under kopf's finalizer until the state is handled.
+
+The Reconciler, the Wakeups and the thread pool come in ``memo`` (see __main__).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+
+from pipeline_operator import names
+from pipeline_operator.errors import ApiUnavailable, Conflict
+from pipeline_operator.reconcile import Outcome
+
+RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # The status belongs to the operator's own bookkeeping (written whole, with the
+    # resourceVersion); kopf keeps its progress in annotations instead.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=names.GROUP)
+    settings.persistence.finalizer = f"{names.GROUP}/finalizer"
+
+
+@kopf.daemon(*RESOURCE, cancellation_timeout=10.0, backoff=5.0)
+async def keep_running(namespace: str, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
+                       logger: kopf.Logger, **_: Any) -> None:
+    """Keeps one pipeline's driver as its spec says, until the resource is deleted."""
+    key = (namespace, name)
+    try:
+        while not stopped:
+            outcome = await reconcile(memo, namespace, name)
+            if outcome.resource is None:
+                return
+            await memo.wakeups.sleep(key, _delay(memo, outcome), stopped.wait())
+    finally:
+        memo.wakeups.forget(key)
+
+
+@kopf.on.delete(*RESOURCE)
+async def stop_and_release(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Stops the driver gracefully, then keeps or deletes the state (spec.persistence.onDelete)."""
+    outcome = await reconcile(memo, namespace, name)
+    if outcome.resource is not None and not outcome.released:
+        raise kopf.TemporaryError("waiting for the driver to stop and the state to be handled",
+                                  delay=_delay(memo, outcome))
+
+
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_PIPELINE: kopf.PRESENT})
+async def wake_on_pod_event(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    memo.wakeups.wake((namespace, labels[names.LABEL_PIPELINE]))
+
+
+@kopf.on.event(*RESOURCE)
+async def wake_on_change(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo,
+                         **_: Any) -> None:
+    if meta.get("generation") != status.get("observedGeneration") or meta.get("deletionTimestamp"):
+        memo.wakeups.wake((namespace, name))
+
+
+async def reconcile(memo: kopf.Memo, namespace: str, name: str) -> Outcome:
+    """One pass in the API thread pool; posts its Events; maps domain errors to kopf's."""
+    loop = asyncio.get_running_loop()
+    try:
+        outcome: Outcome = await loop.run_in_executor(memo.executor, memo.reconciler.reconcile, namespace, name)
+    except Conflict as conflict:
+        raise kopf.TemporaryError(f"the resource changed while being reconciled ({conflict}); again", delay=0.2) from None
+    except ApiUnavailable as error:
+        raise kopf.TemporaryError(str(error), delay=5.0) from None
+    if outcome.resource is not None:
+        for event in outcome.events:
+            kopf.event(dict(outcome.resource), type=event.type, reason=event.reason, message=event.message)
+    return outcome
+
+
+def _delay(memo: kopf.Memo, outcome: Outcome) -> float:
+    resync: float = memo.settings.resync_seconds
+    return resync if outcome.requeue_after is None else min(resync, outcome.requeue_after)

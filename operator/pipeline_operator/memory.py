@@ -1,0 +1,132 @@
+"""What the operator remembers about a pipeline between reconciles. It lives in the
+resource's status (pipeline_operator.status reads and writes it), so a restarted
+operator carries on where the last one stopped. Every collection in it is bounded
+(Kubeflow spark-operator #2025: a status that grew with every attempt)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline_operator.observe import QueryReport
+
+RECENT_RESTARTS = 5
+MAX_QUERIES = 10
+MAX_OFFSETS_PER_QUERY = 20
+MAX_VALUE_CHARS = 512
+MAX_MESSAGE_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a driver ended when it was not asked to."""
+
+    reason: str
+    exit_code: int | None
+    message: str
+    time: float
+    epoch: int
+    pod_uid: str = ""
+    generation: int = 0
+    """The resource's generation when it failed: a spec change since then ends the backoff wait."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    time: float
+    reason: str
+    epoch: int
+    """The epoch of the driver launched by this restart."""
+
+
+@dataclass(frozen=True)
+class Halt:
+    """The operator stopped relaunching (BackoffExhausted, Failed, Completed) until the
+    user changes the spec or the restartNonce."""
+
+    reason: str
+    generation: int
+    restart_nonce: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The newest commit the operator knows of (from the driver's reports)."""
+
+    time: float | None
+    epoch: int
+    queries: Mapping[str, QueryReport] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = [f"{name} batch {q.batch}" for name, q in sorted(self.queries.items()) if q.batch is not None]
+        return ", ".join(parts) or "no batch committed yet"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Memory:
+    phase: str = ""
+    message: str = ""
+    epoch: int = 0
+    """The highest epoch launched; the next launch takes a higher one."""
+    driver_uid: str = ""
+    """The live driver pod the operator answers for; empty when none is known."""
+    restarts_total: int = 0
+    consecutive_failures: int = 0
+    recent_restarts: tuple[Restart, ...] = ()
+    last_failure: Failure | None = None
+    ended_uid: str = ""
+    """The last ended driver pod whose outcome is recorded, so that it counts once."""
+    next_launch_at: float | None = None
+    next_launch_reason: str = ""
+    epoch_floor: int = 0
+    """The lowest epoch the storage accepts, learned from a driver refused as stale."""
+    halt: Halt | None = None
+    stopping: str = ""
+    """Why the operator asked the driver to stop, until its pod is gone."""
+    state_root: str = ""
+    reset_nonce: str = ""
+    stateless_generation: int = 0
+    applied_hash: str = ""
+    """The pod hash of the spec last launched (stateless mode starts a new generation when it changes)."""
+    checkpoint: Checkpoint | None = None
+    announced_epoch: int = 0
+    """The epoch whose start (resumed or empty) has been announced with an Event."""
+    announced_problem: str = ""
+    """The last invalid-spec message announced, so that an Event is posted once per problem."""
+    degraded: str = ""
+    """The reason a running driver is Degraded, if it is."""
+    conditions: tuple[Condition, ...] = ()
+
+
+def bounded_queries(queries: Mapping[str, QueryReport]) -> dict[str, QueryReport]:
+    """At most MAX_QUERIES queries, each with at most MAX_OFFSETS_PER_QUERY offsets of
+    bounded size: a pipeline with many sources cannot grow the status without limit."""
+    kept: dict[str, QueryReport] = {}
+    for name in sorted(queries)[:MAX_QUERIES]:
+        q = queries[name]
+        offsets = {pid: _bounded(q.offsets[pid]) for pid in sorted(q.offsets)[:MAX_OFFSETS_PER_QUERY]}
+        kept[name] = QueryReport(batch=q.batch, commit_time_ms=q.commit_time_ms, offsets=offsets,
+                                 backlog=q.backlog, active=q.active, malformed=q.malformed,
+                                 iterate=_bounded(q.iterate))
+    return kept
+
+
+def truncate(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bounded(value: Any) -> Any:
+    if value is None:
+        return None
+    text = json.dumps(value, sort_keys=True, default=str)
+    return value if len(text) <= MAX_VALUE_CHARS else {"truncated": truncate(text, MAX_VALUE_CHARS)}

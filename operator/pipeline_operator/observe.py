@@ -1,0 +1,176 @@
+"""Pure readers of what the API server returns: a driver pod as the decision function
+sees it, and the progress report the driver writes on its pod (spark_app.contract)."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline_operator import names
+from spark_app import contract
+
+_STALE_EPOCH = re.compile(re.escape(contract.STALE_EPOCH_PREFIX) + r"(\d+)")
+
+
+@dataclass(frozen=True)
+class QueryReport:
+    batch: int | None = None
+    commit_time_ms: int | None = None
+    offsets: Mapping[str, Any] = field(default_factory=dict)
+    backlog: bool = False
+    active: bool = False
+    malformed: int = 0
+    iterate: Any = None
+
+
+@dataclass(frozen=True)
+class DriverReport:
+    """The driver's own account of its progress (the sparkapp.dev/status annotation)."""
+
+    epoch: int | None
+    stored_epoch: int | None
+    state: str
+    """starting, running or stopping."""
+    reported_at: float
+    queries: Mapping[str, QueryReport] = field(default_factory=dict)
+
+    @property
+    def idle(self) -> bool:
+        """Running with nothing to do: an idle stream commits nothing and is healthy."""
+        return self.state == "running" and not any(q.backlog or q.active for q in self.queries.values())
+
+    @property
+    def last_commit_ms(self) -> int | None:
+        times = [q.commit_time_ms for q in self.queries.values() if q.commit_time_ms is not None]
+        return max(times) if times else None
+
+
+@dataclass(frozen=True)
+class DriverPod:
+    """A driver pod, as read from the API server a moment ago."""
+
+    name: str
+    uid: str
+    epoch: int
+    spec_hash: str = ""
+    restart_nonce: str = ""
+    state_root: str = ""
+    created_at: float = 0.0
+    terminating: bool = False
+    """Deletion has started (the driver got SIGTERM or will soon); the pod still exists."""
+    phase: str = "Pending"
+    started_at: float | None = None
+    """When the driver container started running, if it is running."""
+    waiting_reason: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    report: DriverReport | None = None
+
+    @property
+    def ended(self) -> bool:
+        """The driver process is gone for good (restartPolicy Never): Failed or Succeeded."""
+        return self.phase in ("Failed", "Succeeded")
+
+    @property
+    def stale_epoch(self) -> int | None:
+        """The stored epoch named by a driver that refused to start with a stale one."""
+        if self.exit_code != contract.EXIT_FENCED:
+            return None
+        return stale_epoch_in(self.message)
+
+
+def stale_epoch_in(message: str) -> int | None:
+    """Searches the whole message: with FallbackToLogsOnError it is the log's tail."""
+    found = _STALE_EPOCH.search(message or "")
+    return int(found.group(1)) if found else None
+
+
+def driver_pod(pod: Mapping[str, Any]) -> DriverPod:
+    meta = pod.get("metadata", {})
+    annotations = meta.get("annotations") or {}
+    status = pod.get("status") or {}
+    container = next((c for c in status.get("containerStatuses") or []
+                      if c.get("name") == names.DRIVER_CONTAINER), {})
+    state = container.get("state") or {}
+    running, terminated, waiting = state.get("running"), state.get("terminated"), state.get("waiting")
+    reason = (terminated or {}).get("reason") or status.get("reason") or ""
+    message = (terminated or {}).get("message") or status.get("message") or ""
+    return DriverPod(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        epoch=_int(annotations.get(names.ANNOTATION_EPOCH)),
+        spec_hash=annotations.get(names.ANNOTATION_SPEC_HASH, ""),
+        restart_nonce=annotations.get(names.ANNOTATION_RESTART_NONCE, ""),
+        state_root=annotations.get(names.ANNOTATION_STATE_ROOT, ""),
+        created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
+        terminating=bool(meta.get("deletionTimestamp")),
+        phase=status.get("phase") or "Pending",
+        started_at=parse_time(running.get("startedAt")) if running else None,
+        waiting_reason=waiting.get("reason") if waiting else None,
+        exit_code=terminated.get("exitCode") if terminated else None,
+        reason=reason,
+        message=message if reason != "Evicted" else (status.get("message") or message),
+        report=parse_report(annotations.get(contract.STATUS_ANNOTATION)),
+    )
+
+
+def parse_report(text: str | None) -> DriverReport | None:
+    """The driver's report, or None if absent or not the documented shape."""
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+        queries = {
+            str(name): QueryReport(
+                batch=_opt_int(q.get("batch")),
+                commit_time_ms=_opt_int(q.get("commit_time_ms")),
+                offsets=q.get("offsets") or {},
+                backlog=bool(q.get("backlog")),
+                active=bool(q.get("active")),
+                malformed=int(q.get("malformed") or 0),
+                iterate=q.get("iterate"),
+            )
+            for name, q in (raw.get("queries") or {}).items()
+        }
+        return DriverReport(
+            epoch=_opt_int(raw.get("epoch")),
+            stored_epoch=_opt_int(raw.get("stored_epoch")),
+            state=str(raw.get("state") or "starting"),
+            reported_at=int(raw["reported_ms"]) / 1000,
+            queries=queries,
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def pod_phase(pod: Mapping[str, Any] | None) -> str | None:
+    if pod is None:
+        return None
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def parse_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    return float(calendar.timegm(time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+def format_time(moment: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,107 @@
+"""Pure rules the decision function applies: the restart backoff, where the state of the
+next driver lives, and whether a running driver is healthy."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from pipeline_operator.memory import Memory
+from pipeline_operator.observe import DriverPod
+from pipeline_operator.spec import PipelineSpec, RestartPolicy
+
+
+def backoff_delay(policy: RestartPolicy, failures: int, seed: str) -> float:
+    """Seconds to wait before relaunch number ``failures`` (1 for the first failure):
+    initial x multiplier^(failures-1), spread by the jitter, never above the cap.
+    The jitter is drawn from ``seed`` so the function stays pure and repeatable."""
+    b = policy.backoff
+    base = min(b.max_seconds, b.initial_seconds * b.multiplier ** max(0, failures - 1))
+    return max(0.0, min(b.max_seconds, base * (1 + b.jitter * _unit(seed))))
+
+
+def _unit(seed: str) -> float:
+    """A number in [-1, 1] determined by ``seed``."""
+    digest = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
+    return digest / 2**64 * 2 - 1
+
+
+@dataclass(frozen=True)
+class StateRoot:
+    uri: str
+    stateless_generation: int
+
+
+@dataclass(frozen=True)
+class RootRefused:
+    message: str
+
+
+def state_root(spec: PipelineSpec, memory: Memory, *, launching: bool) -> StateRoot | RootRefused:
+    """Where the next (``launching``) or current driver keeps its state.
+
+    The base is the backend's root for this pipeline; a persistence.resetNonce adds
+    ``/resets/<nonce>`` (empty state, nothing deleted). Under ``stateless`` each launch of
+    a new spec takes ``/generations/<n+1>``. Under ``last-state`` the stored root is kept,
+    and a spec that points elsewhere is refused unless its resetNonce changed too.
+    """
+    prefix = spec.persistence.base_uri
+    if spec.persistence.reset_nonce:
+        prefix += f"/resets/{spec.persistence.reset_nonce}"
+    generation = memory.stateless_generation
+    if spec.upgrade_mode == "stateless":
+        if launching and (generation == 0 or spec.pod_hash() != memory.applied_hash):
+            generation += 1
+        return StateRoot(f"{prefix}/generations/{max(generation, 1)}", generation)
+    if not memory.state_root or spec.persistence.reset_nonce != memory.reset_nonce:
+        return StateRoot(prefix, generation)
+    if memory.state_root == prefix or memory.state_root.startswith(prefix + "/generations/"):
+        return StateRoot(memory.state_root, generation)
+    return RootRefused(
+        f"the state lives at {memory.state_root}, but the spec now points at {prefix}: under "
+        "upgradeMode last-state that would abandon the stored state. Restore the previous "
+        "persistence settings, or change spec.persistence.resetNonce to start from empty state there"
+    )
+
+
+@dataclass(frozen=True)
+class Health:
+    """CheckpointHealthy and Degraded for a running driver."""
+
+    checkpoint_status: str
+    checkpoint_reason: str
+    checkpoint_message: str
+    degraded_reason: str = ""
+    degraded_message: str = ""
+
+
+def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: float) -> Health:
+    """Degraded when input waits and nothing was committed for the spec's window, or when
+    the driver stopped refreshing its report while it had work to do.
+
+    The report is only rewritten when it changes (spark_app.runtime.reporting), so an
+    idle driver's report ages without anything being wrong: staleness counts only when
+    the last report said there was work."""
+    report = pod.report
+    if report is None or report.epoch != pod.epoch:
+        return Health("Unknown", "NoDriverReport",
+                      "the driver has not reported its progress yet (its service account needs "
+                      "permission to patch its own pod)")
+    window = spec.persistence.degraded_after_seconds
+    started = pod.started_at or pod.created_at
+    late = sorted(
+        name for name, q in report.queries.items()
+        if q.backlog and now - (q.commit_time_ms / 1000 if q.commit_time_ms else started) > window
+    )
+    if late:
+        message = (f"input is waiting but {', '.join(late)} committed nothing for over {window}s "
+                   f"({spec.persistence.degraded_after_seconds // spec.persistence.snapshot_interval_seconds} "
+                   "snapshot intervals)")
+        return Health("False", "NoRecentCommit", message, "NoRecentCommit", message)
+    age = now - report.reported_at
+    if age > report_stale_after and not report.idle:
+        message = f"the driver has not reported for {age:.0f}s while it had work to do"
+        return Health("Unknown", "DriverReportStale", message, "DriverReportStale", message)
+    if report.idle:
+        return Health("True", "Idle", "all available input is committed")
+    return Health("True", "Committing", "commits are keeping up with the input")

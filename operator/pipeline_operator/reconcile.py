@@ -1,0 +1,127 @@
+"""One reconcile pass over one pipeline: read live, decide (lifecycle.next_action),
+record the decision in the status, then act. Blocking; handlers run it in threads.
+
+Recording before acting, conditional on the resourceVersion read, is what makes a pass
+safe to interrupt and to repeat: a crash between the two leaves a status that says what
+was about to happen, and the next pass (of this or another replica) sees whether it did.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pipeline_operator import builders, names, observe, status
+from pipeline_operator.errors import InvalidSpec
+from pipeline_operator.kube import Kube
+from pipeline_operator.lifecycle import (
+    CreateCleanup,
+    Decision,
+    Event,
+    Launch,
+    Observed,
+    Release,
+    Remove,
+    Stop,
+    next_action,
+)
+from pipeline_operator.metrics import Metrics
+from pipeline_operator.settings import Settings
+from pipeline_operator.spec import PipelineSpec, parse_spec, prerequisites
+from spark_app import contract
+
+
+@dataclass(frozen=True)
+class Outcome:
+    resource: Mapping[str, Any] | None
+    """The resource as read (for posting Events); None once it is gone."""
+    events: tuple[Event, ...] = ()
+    requeue_after: float | None = None
+    released: bool = False
+    """While deleting: the state is taken care of and the finalizer may go."""
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._kube = kube
+        self._tunables = settings.tunables()
+        self._metrics = metrics
+        self._clock = clock
+
+    def reconcile(self, namespace: str, name: str) -> Outcome:
+        """Raises ``Conflict`` when the resource changed under it (retry at once) and
+        ``ApiUnavailable`` when the API server failed (retry later)."""
+        with self._metrics.reconcile_seconds.time():
+            resource = self._kube.get_pipeline(namespace, name)
+            if resource is None:
+                self._metrics.forget(namespace, name)
+                return Outcome(resource=None)
+            observed, spec = self._observe(resource)
+            decision = next_action(observed, self._tunables)
+            self._record(resource, decision)
+            self._act(resource, spec, decision)
+        memory = decision.memory
+        self._metrics.pipeline(namespace, name, memory.phase, memory.checkpoint.time if memory.checkpoint else None)
+        if decision.restart_reason:
+            self._metrics.restarts.labels(namespace, name, decision.restart_reason).inc()
+        return Outcome(resource=resource, events=decision.events, requeue_after=decision.requeue_after,
+                       released=isinstance(decision.action, Release))
+
+    def _observe(self, resource: Mapping[str, Any]) -> tuple[Observed, PipelineSpec | None]:
+        meta = resource["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        deleting = bool(meta.get("deletionTimestamp"))
+        spec: PipelineSpec | None = None
+        problems: tuple[str, ...] = ()
+        try:
+            spec = parse_spec(resource.get("spec") or {}, namespace=namespace, name=name)
+        except InvalidSpec as invalid:
+            problems = tuple(str(p) for p in invalid.problems)
+        pod = self._kube.get_pod(namespace, names.driver_pod_name(name))
+        driver = observe.driver_pod(pod) if pod is not None else None
+        if driver is not None and driver.exit_code == contract.EXIT_FENCED and driver.stale_epoch is None:
+            # No termination message (a kubelet without FallbackToLogsOnError): read the log's end.
+            tail = self._kube.log_tail(namespace, driver.name, names.DRIVER_CONTAINER)
+            driver = replace(driver, message=f"{driver.message}\n{tail}".strip())
+        missing: tuple[str, ...] = ()
+        if spec is not None and driver is None and spec.state == "running" and not deleting:
+            missing = self._kube.missing(namespace, prerequisites(spec))
+        cleanup = None
+        if deleting and spec is not None and spec.persistence.on_delete == "Delete":
+            cleanup = observe.pod_phase(self._kube.get_pod(namespace, names.cleanup_pod_name(name)))
+        observed = Observed(
+            now=self._clock(), generation=int(meta.get("generation") or 0), uid=meta["uid"], spec=spec,
+            memory=status.read_memory(resource.get("status")), driver=driver, problems=problems,
+            missing=missing, deleting=deleting, cleanup_phase=cleanup,
+        )
+        return observed, spec
+
+    def _record(self, resource: Mapping[str, Any], decision: Decision) -> None:
+        meta = resource["metadata"]
+        previous = resource.get("status") or {}
+        rendered = status.render(decision.memory, name=meta["name"], generation=int(meta.get("generation") or 0),
+                                 previous=previous, now=self._clock())
+        if rendered != previous:
+            self._kube.replace_status(resource, rendered)
+
+    def _act(self, resource: Mapping[str, Any], spec: PipelineSpec | None, decision: Decision) -> None:
+        action = decision.action
+        meta = resource["metadata"]
+        namespace, pod_name = meta["namespace"], names.driver_pod_name(meta["name"])
+        if isinstance(action, Launch):
+            assert spec is not None
+            owner = builders.owner_reference(resource)
+            self._kube.ensure_service(builders.driver_service(spec, owner=owner))
+            self._kube.create_pod(builders.driver_pod(spec, epoch=action.epoch, state_root=action.state_root,
+                                                      owner=owner))
+        elif isinstance(action, Stop):
+            self._kube.delete_pod(namespace, pod_name, action.uid)
+        elif isinstance(action, Remove):
+            # The pod has ended: no process to signal, so no grace period to wait out.
+            self._kube.delete_pod(namespace, pod_name, action.uid, grace_seconds=0)
+        elif isinstance(action, CreateCleanup):
+            assert spec is not None
+            self._kube.create_pod(builders.cleanup_pod(spec, owner=builders.owner_reference(resource)))

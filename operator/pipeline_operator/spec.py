@@ -1,0 +1,452 @@
+"""A PersistentPipeline's spec as frozen dataclasses, and the checks a schema cannot make.
+
+The CRD (crds/persistentpipelines.sparkapp.dev.yaml) rejects malformed specs and fills in
+defaults. ``parse_spec`` repeats those defaults (tests/unit/operator/test_crd.py keeps the
+two in step) and checks again what an older or hand-edited CRD might let through (S3
+without a bucket, an interval of zero), plus what no schema can see (reserved variable
+names, credentials written in plain text). It never calls the API server: the Secrets and
+claims a spec needs are listed by ``prerequisites`` for the caller to look up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pipeline_operator.errors import InvalidSpec, Problem
+from pipeline_operator.names import MAX_NAME_LENGTH, POD_IP_ENV, STATE_MOUNT_PATH
+from spark_app import contract
+
+DEFAULT_IMAGE = "ghcr.io/persistent-pipelines/spark-app:0.1.0"
+DEGRADED_WINDOW_INTERVALS = 5
+"""Without spec.persistence.degradedAfterSeconds, this many snapshot intervals without a
+commit (while input waits) make a pipeline Degraded."""
+MIN_DEGRADED_WINDOW_INTERVALS = 2
+RESERVED_ENV = frozenset(contract.ALL) | {POD_IP_ENV}
+CREDENTIAL_ENV = frozenset({contract.AWS_ACCESS_KEY_ID, contract.AWS_SECRET_ACCESS_KEY, contract.AWS_SESSION_TOKEN})
+_SECRET_LOOKING_CONF = re.compile(r"(secret|password|session\.token|access\.key|credential)", re.IGNORECASE)
+_NONCE = re.compile(r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial_seconds: float = 10.0
+    """Delay before the first relaunch after a failure (0 relaunches at once)."""
+    max_seconds: float = 300.0
+    """Cap of the delay; also the delay after a driver exits as misconfigured (exit 2)."""
+    multiplier: float = 2.0
+    jitter: float = 0.2
+    """Each delay is spread by up to this fraction either way, so that pipelines that
+    failed together do not relaunch together."""
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    type: str = "Always"
+    """Always (a stream: relaunch even after a clean exit), OnFailure, or Never."""
+    backoff: Backoff = field(default_factory=Backoff)
+    max_failures: int = 10
+    """The failure budget: consecutive failures tolerated before giving up (BackoffExhausted)."""
+    reset_after_seconds: int = 600
+    """A driver running this long clears the consecutive failure count."""
+
+
+@dataclass(frozen=True)
+class Application:
+    file: str | None = None
+    module: str | None = None
+    args: tuple[str, ...] = ()
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    dead_letter_uri: str | None = None
+
+
+@dataclass(frozen=True)
+class Driver:
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    env: tuple[Mapping[str, Any], ...] = ()
+    service_account_name: str | None = None
+    termination_grace_period_seconds: int = 30
+    pod_template: Mapping[str, Any] = field(default_factory=dict)
+    startup_timeout_seconds: int = 600
+    """A driver pod that is not running after this long (unschedulable, volume not mounting) is replaced."""
+    stuck_after_seconds: int = 60
+    """A driver stuck this long on an image pull or container configuration error is replaced."""
+
+
+@dataclass(frozen=True)
+class Executors:
+    instances: int = 2
+    cores: int = 1
+    memory: str = "1g"
+
+
+@dataclass(frozen=True)
+class Execution:
+    mode: str = "Local"
+    """Local (Spark's local[N] master inside the driver pod) or Kubernetes (executor pods)."""
+    local_threads: int = 2
+    executors: Executors = field(default_factory=Executors)
+    driver_port: int = 7078
+    block_manager_port: int = 7079
+
+
+@dataclass(frozen=True)
+class FilesystemBackend:
+    claim_name: str
+    path: str
+    """The state's folder inside the claim; default <namespace>/<name>."""
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    secret_name: str
+    access_key_id_key: str = contract.AWS_ACCESS_KEY_ID
+    secret_access_key_key: str = contract.AWS_SECRET_ACCESS_KEY
+    session_token_key: str | None = None
+
+
+@dataclass(frozen=True)
+class S3Backend:
+    bucket: str
+    prefix: str
+    """Default <namespace>/<name>."""
+    endpoint: str | None = None
+    region: str | None = None
+    path_style: bool = False
+    credentials: S3Credentials | None = None
+    """None: the driver uses the default AWS chain (e.g. the pod's cloud identity)."""
+
+
+@dataclass(frozen=True)
+class Persistence:
+    backend: FilesystemBackend | S3Backend
+    snapshot_interval_seconds: int = 10
+    degraded_after_seconds: int = 10 * DEGRADED_WINDOW_INTERVALS
+    on_delete: str = "Retain"
+    """Retain keeps the stored state when the resource is deleted; Delete removes it."""
+    reset_nonce: str = ""
+    """Changing it starts from empty state (at a new root below the base) and accepts a new base."""
+
+    @property
+    def base_uri(self) -> str:
+        """The backend's root for this pipeline, before reset and generation suffixes."""
+        if isinstance(self.backend, S3Backend):
+            return f"s3://{self.backend.bucket}/{self.backend.prefix}"
+        return f"{STATE_MOUNT_PATH}/{self.backend.path}"
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    namespace: str
+    name: str
+    persistence: Persistence
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    application: Application = field(default_factory=Application)
+    driver: Driver = field(default_factory=Driver)
+    execution: Execution = field(default_factory=Execution)
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    state: str = "running"
+    restart_nonce: str = ""
+    upgrade_mode: str = "last-state"
+
+    @property
+    def pipeline(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def pod_hash(self) -> str:
+        """A digest of everything that shapes the driver pod. A running driver whose hash
+        differs from the spec's is restarted (an upgrade); restart policy, state, nonces
+        and monitoring windows change nothing in the pod and are left out."""
+        shaping = {
+            "image": self.image,
+            "image_pull_policy": self.image_pull_policy,
+            "application": asdict(self.application),
+            "driver": {k: v for k, v in asdict(self.driver).items()
+                       if k not in ("startup_timeout_seconds", "stuck_after_seconds")},
+            "execution": asdict(self.execution),
+            "backend": asdict(self.persistence.backend),
+            "snapshot_interval_seconds": self.persistence.snapshot_interval_seconds,
+        }
+        digest = hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()
+        return digest[:16]
+
+
+@dataclass(frozen=True)
+class Prerequisite:
+    """An object the driver pod needs that must exist before it is created."""
+
+    kind: str
+    """Secret, PersistentVolumeClaim or ServiceAccount."""
+    name: str
+    keys: tuple[str, ...] = ()
+    """For a Secret, the keys the pod reads."""
+    field: str = ""
+    """The spec field that names it, for messages."""
+
+
+def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str) -> PipelineSpec:
+    """The spec of a PersistentPipeline, or ``InvalidSpec`` listing every problem found."""
+    problems: list[Problem] = []
+    reader = _Reader(raw, problems)
+    if len(name) > MAX_NAME_LENGTH:
+        problems.append(Problem("metadata.name", f"must be at most {MAX_NAME_LENGTH} characters"))
+    persistence = _persistence(reader.section("persistence"), namespace, name)
+    spec = PipelineSpec(
+        namespace=namespace,
+        name=name,
+        persistence=persistence,  # type: ignore[arg-type]
+        image=reader.string("image", DEFAULT_IMAGE, required=True),
+        image_pull_policy=reader.choice("imagePullPolicy", ("Always", "IfNotPresent", "Never"), "IfNotPresent"),
+        application=_application(reader.section("application")),
+        driver=_driver(reader.section("driver")),
+        execution=_execution(reader.section("execution")),
+        restart_policy=_restart_policy(reader.section("restartPolicy")),
+        state=reader.choice("state", ("running", "suspended"), "running"),
+        restart_nonce=reader.string("restartNonce", ""),
+        upgrade_mode=reader.choice("upgradeMode", ("last-state", "stateless"), "last-state"),
+    )
+    if problems:
+        raise InvalidSpec(problems)
+    return spec
+
+
+def prerequisites(spec: PipelineSpec) -> list[Prerequisite]:
+    """What must exist before a driver pod is created, so that a missing one is reported
+    on the pipeline (a condition and an Event) instead of as a pod stuck waiting."""
+    needed: list[Prerequisite] = []
+    backend = spec.persistence.backend
+    if isinstance(backend, FilesystemBackend):
+        needed.append(Prerequisite("PersistentVolumeClaim", backend.claim_name,
+                                   field="spec.persistence.filesystem.claimName"))
+    elif backend.credentials is not None:
+        creds = backend.credentials
+        keys = (creds.access_key_id_key, creds.secret_access_key_key) + (
+            (creds.session_token_key,) if creds.session_token_key else ())
+        needed.append(Prerequisite("Secret", creds.secret_name, keys, "spec.persistence.s3.credentialsSecret"))
+    if spec.driver.service_account_name:
+        needed.append(Prerequisite("ServiceAccount", spec.driver.service_account_name,
+                                   field="spec.driver.serviceAccountName"))
+    return needed
+
+
+# ---- section parsers -------------------------------------------------------------------
+
+
+class _Reader:
+    """Reads one section of the spec, recording problems under its path instead of raising."""
+
+    def __init__(self, raw: Any, problems: list[Problem], path: str = "spec") -> None:
+        self.raw: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        self.problems = problems
+        self.path = path
+        if raw is not None and not isinstance(raw, Mapping):
+            self.problem("", "must be an object")
+
+    def problem(self, key: str, reason: str) -> None:
+        self.problems.append(Problem(f"{self.path}.{key}" if key else self.path, reason))
+
+    def section(self, key: str) -> _Reader:
+        return _Reader(self.raw.get(key), self.problems, f"{self.path}.{key}")
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def string(self, key: str, default: str, *, required: bool = False) -> str:
+        value = self.raw.get(key, default)
+        if not isinstance(value, str):
+            self.problem(key, "must be a string")
+            return default
+        if required and not value:
+            self.problem(key, "must not be empty")
+        return value
+
+    def optional_string(self, key: str) -> str | None:
+        value = self.raw.get(key)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            self.problem(key, "must be a string")
+            return None
+        return value
+
+    def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
+        value = self.raw.get(key, default)
+        if value not in allowed:
+            self.problem(key, f"must be one of {', '.join(allowed)} (got {value!r})")
+            return default
+        return str(value)
+
+    def number(self, key: str, default: float, *, minimum: float, maximum: float | None = None,
+               integer: bool = True) -> Any:
+        value = self.raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or (integer and value != int(value)):
+            self.problem(key, "must be an integer" if integer else "must be a number")
+            return default
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
+            self.problem(key, f"must be {bound} (got {value:g})")
+            return default
+        return int(value) if integer else float(value)
+
+    def flag(self, key: str) -> bool | None:
+        value = self.raw.get(key)
+        if value is not None and not isinstance(value, bool):
+            self.problem(key, "must be true or false")
+            return None
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.problem(key, "must be a list of strings")
+            return ()
+        return tuple(value)
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self.raw.get(key, {})
+        if not isinstance(value, Mapping):
+            self.problem(key, "must be an object")
+            return {}
+        return dict(value)
+
+    def nonce(self, key: str) -> str:
+        value = self.string(key, "")
+        if value and (len(value) > 63 or not _NONCE.match(value)):
+            self.problem(key, "must be at most 63 lower-case letters, digits, '-', '.' or '_', "
+                              "starting and ending with a letter or digit")
+            return ""
+        return value
+
+
+def _application(r: _Reader) -> Application:
+    file, module = r.optional_string("file"), r.optional_string("module")
+    if (file is None) == (module is None):
+        r.problem("", "set exactly one of file (a pipeline file in the image) and module")
+    conf = {str(k): v for k, v in r.mapping("sparkConf").items()}
+    for key, value in conf.items():
+        if not isinstance(value, str):
+            r.problem(f"sparkConf.{key}", "must be a string")
+        elif _SECRET_LOOKING_CONF.search(key):
+            r.problem(f"sparkConf.{key}", "looks like a credential: put credentials in a Secret "
+                                          "(spec.persistence.s3.credentialsSecret or an env secretKeyRef)")
+    return Application(file=file, module=module, args=r.strings("args"), spark_conf=conf,
+                       dead_letter_uri=r.optional_string("deadLetterUri"))
+
+
+def _driver(r: _Reader) -> Driver:
+    env = r.raw.get("env", [])
+    if not isinstance(env, list) or not all(isinstance(e, Mapping) and isinstance(e.get("name"), str)
+                                            for e in env):
+        r.problem("env", "must be a list of environment variables, each with a name")
+        env = []
+    for i, var in enumerate(env):
+        if var["name"] in RESERVED_ENV:
+            r.problem(f"env[{i}].name", f"{var['name']} is set by the operator")
+        elif var["name"] in CREDENTIAL_ENV and "value" in var:
+            r.problem(f"env[{i}].value", f"{var['name']} must come from a Secret (valueFrom.secretKeyRef), "
+                                         "never as a plain value")
+    template = r.mapping("podTemplate")
+    return Driver(
+        resources=r.mapping("resources"),
+        env=tuple(dict(e) for e in env),
+        service_account_name=r.optional_string("serviceAccountName"),
+        termination_grace_period_seconds=r.number("terminationGracePeriodSeconds", 30, minimum=1),
+        pod_template=template,
+        startup_timeout_seconds=r.number("startupTimeoutSeconds", 600, minimum=10),
+        stuck_after_seconds=r.number("stuckAfterSeconds", 60, minimum=0),
+    )
+
+
+def _execution(r: _Reader) -> Execution:
+    executors = r.section("executors")
+    return Execution(
+        mode=r.choice("mode", ("Local", "Kubernetes"), "Local"),
+        local_threads=r.number("localThreads", 2, minimum=1),
+        executors=Executors(
+            instances=executors.number("instances", 2, minimum=1),
+            cores=executors.number("cores", 1, minimum=1),
+            memory=executors.string("memory", "1g", required=True),
+        ),
+        driver_port=r.number("driverPort", 7078, minimum=1024, maximum=65535),
+        block_manager_port=r.number("blockManagerPort", 7079, minimum=1024, maximum=65535),
+    )
+
+
+def _restart_policy(r: _Reader) -> RestartPolicy:
+    b = r.section("backoff")
+    backoff = Backoff(
+        initial_seconds=b.number("initialSeconds", 10, minimum=0, integer=False),
+        max_seconds=b.number("maxSeconds", 300, minimum=0, integer=False),
+        multiplier=b.number("multiplier", 2, minimum=1, integer=False),
+        jitter=b.number("jitter", 0.2, minimum=0, maximum=1, integer=False),
+    )
+    if backoff.max_seconds < backoff.initial_seconds:
+        b.problem("maxSeconds", f"must be at least initialSeconds ({backoff.initial_seconds:g})")
+    return RestartPolicy(
+        type=r.choice("type", ("Always", "OnFailure", "Never"), "Always"),
+        backoff=backoff,
+        max_failures=r.number("maxFailures", 10, minimum=0),
+        reset_after_seconds=r.number("resetAfterSeconds", 600, minimum=1),
+    )
+
+
+def _persistence(r: _Reader, namespace: str, name: str) -> Persistence | None:
+    if not r.raw:
+        r.problem("", "is required: say where the state lives (filesystem or s3)")
+        return None
+    backend: FilesystemBackend | S3Backend | None = None
+    if r.has("filesystem") == r.has("s3"):
+        r.problem("", "set exactly one backend: filesystem or s3")
+    elif r.has("filesystem"):
+        fs = r.section("filesystem")
+        backend = FilesystemBackend(claim_name=fs.string("claimName", "", required=True),
+                                    path=_relative_path(fs, "path", f"{namespace}/{name}"))
+    else:
+        s3 = r.section("s3")
+        bucket = s3.string("bucket", "", required=True)
+        creds = s3.section("credentialsSecret")
+        endpoint = s3.optional_string("endpoint")
+        path_style = s3.flag("pathStyle")
+        backend = S3Backend(
+            bucket=bucket,
+            prefix=_relative_path(s3, "prefix", f"{namespace}/{name}"),
+            endpoint=endpoint,
+            region=s3.optional_string("region"),
+            path_style=bool(endpoint) if path_style is None else path_style,
+            credentials=S3Credentials(
+                secret_name=creds.string("name", "", required=True),
+                access_key_id_key=creds.string("accessKeyIdKey", contract.AWS_ACCESS_KEY_ID, required=True),
+                secret_access_key_key=creds.string("secretAccessKeyKey", contract.AWS_SECRET_ACCESS_KEY,
+                                                   required=True),
+                session_token_key=creds.optional_string("sessionTokenKey"),
+            ) if s3.has("credentialsSecret") else None,
+        )
+    interval = r.number("snapshotIntervalSeconds", 10, minimum=1)
+    window = r.number("degradedAfterSeconds", interval * DEGRADED_WINDOW_INTERVALS, minimum=1)
+    if window < MIN_DEGRADED_WINDOW_INTERVALS * interval:
+        # Unlike FLINK-34131, where a window shorter than the interval flapped forever.
+        r.problem("degradedAfterSeconds", f"must be at least {MIN_DEGRADED_WINDOW_INTERVALS} x "
+                                          f"snapshotIntervalSeconds ({MIN_DEGRADED_WINDOW_INTERVALS * interval})")
+    if backend is None:
+        return None
+    return Persistence(
+        backend=backend,
+        snapshot_interval_seconds=interval,
+        degraded_after_seconds=window,
+        on_delete=r.choice("onDelete", ("Retain", "Delete"), "Retain"),
+        reset_nonce=r.nonce("resetNonce"),
+    )
+
+
+def _relative_path(r: _Reader, key: str, default: str) -> str:
+    value = r.string(key, default).strip("/")
+    if not value:
+        r.problem(key, "must not be empty or '/': the state needs a folder of its own")
+    elif any(part in ("", ".", "..") for part in value.split("/")):
+        r.problem(key, "must be a relative path without '.', '..' or empty parts")
+    return value

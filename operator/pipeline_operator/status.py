@@ -1,0 +1,142 @@
+"""The resource's status, both ways: ``read_memory`` turns it into the decision function's
+Memory, ``render`` turns a Memory back into the status to write. Only bounded fields."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline_operator import names
+from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart
+from pipeline_operator.observe import QueryReport
+
+JsonDict = dict[str, Any]
+
+
+def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str, Any], now: float) -> JsonDict:
+    """The full status for ``memory``. Conditions keep their lastTransitionTime while their
+    status stays the same, as Kubernetes conventions ask."""
+    m = memory
+    status: JsonDict = {
+        "phase": m.phase,
+        "message": m.message,
+        "observedGeneration": generation,
+        "conditions": _conditions(m.conditions, previous.get("conditions") or [], generation, now),
+        "driver": {"epoch": m.epoch, **({"pod": names.driver_pod_name(name), "uid": m.driver_uid}
+                                        if m.driver_uid else {})},
+        "restarts": {
+            "total": m.restarts_total,
+            "consecutiveFailures": m.consecutive_failures,
+            "recent": [{"time": format_time(r.time), "reason": r.reason, "epoch": r.epoch}
+                       for r in m.recent_restarts],
+        },
+        "persistence": {"root": m.state_root, "resetNonce": m.reset_nonce,
+                        "statelessGeneration": m.stateless_generation, "appliedHash": m.applied_hash},
+        "bookkeeping": {"endedUid": m.ended_uid, "epochFloor": m.epoch_floor, "stopping": m.stopping,
+                        "announcedEpoch": m.announced_epoch, "announcedProblem": m.announced_problem,
+                        "degraded": m.degraded},
+    }
+    if m.last_failure:
+        f = m.last_failure
+        status["lastFailure"] = {"reason": f.reason, "message": f.message, "time": format_time(f.time),
+                                 "epoch": f.epoch, "podUid": f.pod_uid, "generation": f.generation,
+                                 **({"exitCode": f.exit_code} if f.exit_code is not None else {})}
+    if m.next_launch_at is not None:
+        status["nextLaunch"] = {"at": format_time(m.next_launch_at), "reason": m.next_launch_reason}
+    if m.halt:
+        status["halt"] = {"reason": m.halt.reason, "generation": m.halt.generation,
+                          "restartNonce": m.halt.restart_nonce}
+    if m.checkpoint:
+        c = m.checkpoint
+        status["checkpoint"] = {
+            "epoch": c.epoch,
+            **({"time": format_time(c.time)} if c.time is not None else {}),
+            "queries": {q: {"batch": r.batch, "offsets": dict(r.offsets), "backlog": r.backlog,
+                            "malformed": r.malformed,
+                            **({"commitTime": format_time(r.commit_time_ms / 1000)} if r.commit_time_ms else {}),
+                            **({"iterate": r.iterate} if r.iterate is not None else {})}
+                        for q, r in c.queries.items()},
+        }
+    return status
+
+
+def read_memory(status: Mapping[str, Any] | None) -> Memory:
+    s = status or {}
+    driver, restarts = s.get("driver") or {}, s.get("restarts") or {}
+    persistence, books = s.get("persistence") or {}, s.get("bookkeeping") or {}
+    failure, launch, halt, checkpoint = s.get("lastFailure"), s.get("nextLaunch"), s.get("halt"), s.get("checkpoint")
+    return Memory(
+        phase=s.get("phase", ""),
+        message=s.get("message", ""),
+        epoch=int(driver.get("epoch") or 0),
+        driver_uid=driver.get("uid") or "",
+        restarts_total=int(restarts.get("total") or 0),
+        consecutive_failures=int(restarts.get("consecutiveFailures") or 0),
+        recent_restarts=tuple(Restart(parse_time(r["time"]), r.get("reason", ""), int(r.get("epoch") or 0))
+                              for r in restarts.get("recent") or []),
+        last_failure=Failure(
+            reason=failure.get("reason", ""), exit_code=failure.get("exitCode"), message=failure.get("message", ""),
+            time=parse_time(failure.get("time")), epoch=int(failure.get("epoch") or 0),
+            pod_uid=failure.get("podUid", ""), generation=int(failure.get("generation") or 0),
+        ) if failure else None,
+        ended_uid=books.get("endedUid", ""),
+        next_launch_at=parse_time(launch["at"]) if launch else None,
+        next_launch_reason=(launch or {}).get("reason", ""),
+        epoch_floor=int(books.get("epochFloor") or 0),
+        halt=Halt(halt.get("reason", ""), int(halt.get("generation") or 0), halt.get("restartNonce", ""))
+        if halt else None,
+        stopping=books.get("stopping", ""),
+        state_root=persistence.get("root", ""),
+        reset_nonce=persistence.get("resetNonce", ""),
+        stateless_generation=int(persistence.get("statelessGeneration") or 0),
+        applied_hash=persistence.get("appliedHash", ""),
+        checkpoint=_read_checkpoint(checkpoint) if checkpoint else None,
+        announced_epoch=int(books.get("announcedEpoch") or 0),
+        announced_problem=books.get("announcedProblem", ""),
+        degraded=books.get("degraded", ""),
+        conditions=tuple(Condition(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
+                         for c in s.get("conditions") or []),
+    )
+
+
+def _read_checkpoint(raw: Mapping[str, Any]) -> Checkpoint:
+    queries = {
+        name: QueryReport(
+            batch=q.get("batch"),
+            commit_time_ms=int(parse_time(q["commitTime"]) * 1000) if q.get("commitTime") else None,
+            offsets=q.get("offsets") or {}, backlog=bool(q.get("backlog")), malformed=int(q.get("malformed") or 0),
+            iterate=q.get("iterate"),
+        )
+        for name, q in (raw.get("queries") or {}).items()
+    }
+    return Checkpoint(time=parse_time(raw["time"]) if raw.get("time") else None, epoch=int(raw.get("epoch") or 0),
+                      queries=queries)
+
+
+def _conditions(conditions: tuple[Condition, ...], previous: list[Mapping[str, Any]], generation: int,
+                now: float) -> list[JsonDict]:
+    before = {c.get("type"): c for c in previous}
+    rendered = []
+    for c in conditions:
+        old = before.get(c.type) or {}
+        since = old.get("lastTransitionTime") if old.get("status") == c.status else None
+        rendered.append({"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                         "observedGeneration": generation,
+                         "lastTransitionTime": since or format_time(now, fraction=False)})
+    return rendered
+
+
+def format_time(moment: float, fraction: bool = True) -> str:
+    """RFC 3339 in UTC; with milliseconds unless ``fraction`` is False (condition times)."""
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment))
+    return f"{text}.{int(moment * 1000) % 1000:03d}Z" if fraction else f"{text}Z"
+
+
+def parse_time(value: str | None) -> float:
+    if not value:
+        return 0.0
+    whole, _, rest = value.rstrip("Z").partition(".")
+    seconds = float(calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")))
+    return seconds + (float(f"0.{rest}") if rest else 0.0)
