@@ -63,15 +63,20 @@ def load_image_map(text: str, placeholders: Mapping[str, str]) -> ImageMap:
     document: dict[str, Any] = yaml.safe_load(text) or {}
     images: dict[str, ImageConfig] = {}
     for repository, raw in (document.get("images") or {}).items():
-        raw = raw or {}
-        sub = lambda value: _substitute(str(value), placeholders)  # noqa: E731
-        images[normalize_repository(repository)] = ImageConfig(
-            entrypoint=tuple(sub(a) for a in raw.get("entrypoint") or ()),
-            cmd=tuple(sub(a) for a in raw.get("cmd") or ()),
-            working_dir=sub(raw["workingDir"]) if raw.get("workingDir") else None,
-            env=tuple((str(k), sub(v)) for k, v in (raw.get("env") or {}).items()),
-        )
+        images[normalize_repository(repository)] = _image_config(raw or {}, placeholders)
     return ImageMap(images)
+
+
+def _image_config(raw: Mapping[str, Any], placeholders: Mapping[str, str]) -> ImageConfig:
+    def sub(value: object) -> str:
+        return _substitute(str(value), placeholders)
+
+    return ImageConfig(
+        entrypoint=tuple(sub(a) for a in raw.get("entrypoint") or ()),
+        cmd=tuple(sub(a) for a in raw.get("cmd") or ()),
+        working_dir=sub(raw["workingDir"]) if raw.get("workingDir") else None,
+        env=tuple((str(k), sub(v)) for k, v in (raw.get("env") or {}).items()),
+    )
 
 
 def _substitute(value: str, placeholders: Mapping[str, str]) -> str:

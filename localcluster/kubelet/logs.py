@@ -129,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path == "/healthz":
             self._reply(200, b"ok")
         elif len(parts) == 4 and parts[0] == "containerLogs":
-            self._container_logs(*parts[1:], query=query)
+            self._container_logs(parts[1], parts[2], parts[3], query)
         else:
             self._reply(404, b"not found: the local node agent serves /containerLogs and /healthz only")
 
@@ -191,7 +191,7 @@ class LogServer(ThreadingHTTPServer):
         except (ssl.SSLError, OSError) as e:
             log.info("kubelet api: TLS handshake with %s failed: %s", client_address, e)
             return
-        super().finish_request(tls, client_address)  # type: ignore[arg-type]
+        super().finish_request(tls, client_address)
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="kubelet-api", daemon=True)

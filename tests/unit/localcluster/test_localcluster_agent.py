@@ -1,6 +1,7 @@
 """The node agent's pure decisions: which pods it binds, restarts and back-off."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,7 +11,7 @@ from localcluster.kubelet.pods import Backoff, should_restart
 from localcluster.node_agent import schedulable
 
 
-def pending(**spec: object) -> dict:
+def pending(**spec: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
         "spec": dict(spec),
@@ -63,7 +64,7 @@ def test_node_reports_ready_with_its_kubelet_port_and_lease_micro_time() -> None
 
 
 def test_pending_claims_of_the_default_class_get_a_volume_on_their_folder() -> None:
-    claim = {
+    claim: dict[str, Any] = {
         "metadata": {"name": "state", "namespace": "ns", "uid": "u-1"},
         "spec": {
             "storageClassName": "local-path",

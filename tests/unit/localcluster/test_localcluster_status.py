@@ -1,5 +1,7 @@
 """Pod phase, conditions and container statuses as kubelet reports them."""
 
+from typing import Any
+
 import pytest
 
 from localcluster.kubelet.status import (
@@ -85,7 +87,7 @@ def test_restarting_container_shows_back_off_and_its_last_exit() -> None:
     assert status["restartCount"] == 2
 
 
-def conditions_by_type(conditions: list[dict]) -> dict[str, dict]:
+def conditions_by_type(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in conditions}
 
 

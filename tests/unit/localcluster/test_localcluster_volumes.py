@@ -2,6 +2,7 @@
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ POD_DIR = Path("/c/pods/u-1")
 PV_DIR = Path("/c/pv")
 
 
-def pod(volumes: list[dict], containers: list[dict] | None = None) -> dict:
+def pod(volumes: list[dict[str, Any]], containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}},
         "spec": {"volumes": volumes, "containers": containers or [{"name": "main"}]},
