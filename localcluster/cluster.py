@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import ssl
 import subprocess
 import time
@@ -340,11 +341,28 @@ def check_prerequisites(layout: Layout) -> None:
     missing = [b for b in REQUIRED_BINARIES if not os.access(layout.binary(b), os.X_OK)]
     if missing:
         raise ClusterError(f"missing {', '.join(missing)} in {layout.bin_dir}: run `make bins` first")
+    version = binary_version(layout.binary("kube-apiserver"))
+    if not re.fullmatch(r"v\d+\.\d+\.\d+.*", version):
+        # Its metrics registry panics at start without a semantic version stamped in.
+        raise ClusterError(
+            f"{layout.binary('kube-apiserver')} reports version {version!r}: it was built without "
+            "the -X k8s.io/component-base/version.gitVersion=vX.Y.Z link flags and cannot start; "
+            "rebuild it with `make bins` once tools/build-go-tools.sh stamps the version"
+        )
     if not mount_namespaces_available():
         raise ClusterError(
             "the local cluster runs each container in its own mount namespace, which needs root "
             "(CAP_SYS_ADMIN) and `unshare --mount` to work, and here it does not."
         )
+
+
+def binary_version(binary: Path) -> str:
+    """`kube-apiserver --version` prints "Kubernetes v1.37.1"."""
+    try:
+        output = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return output.strip().removeprefix("Kubernetes").strip()
 
 
 def mount_namespaces_available() -> bool:

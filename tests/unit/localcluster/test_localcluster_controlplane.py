@@ -108,6 +108,7 @@ def test_up_refuses_in_one_sentence_without_mount_namespaces(
     for name in cluster.REQUIRED_BINARIES:
         (layout.bin_dir / name).write_text("#!/bin/sh\n")
         (layout.bin_dir / name).chmod(0o755)
+    monkeypatch.setattr(cluster, "binary_version", lambda _: "v1.37.1")
     monkeypatch.setattr(cluster, "mount_namespaces_available", lambda: False)
     with pytest.raises(cluster.ClusterError) as refused:
         cluster.check_prerequisites(layout)
@@ -119,3 +120,13 @@ def test_up_refuses_in_one_sentence_without_mount_namespaces(
 def test_up_names_the_missing_binaries(tmp_path: Path) -> None:
     with pytest.raises(cluster.ClusterError, match="missing etcd, kube-apiserver.*make bins"):
         cluster.check_prerequisites(Layout(repo=tmp_path, venv=tmp_path / ".venv"))
+
+
+def test_up_refuses_an_apiserver_without_a_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = Layout(repo=tmp_path, venv=tmp_path / ".venv")
+    layout.bin_dir.mkdir(parents=True)
+    for name in cluster.REQUIRED_BINARIES:
+        (layout.bin_dir / name).write_text("#!/bin/sh\necho Kubernetes\n")
+        (layout.bin_dir / name).chmod(0o755)
+    with pytest.raises(cluster.ClusterError, match="reports version ''"):
+        cluster.check_prerequisites(layout)
