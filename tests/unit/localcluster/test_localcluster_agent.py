@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from localcluster.kubelet import storage
+from localcluster.kubelet.containers import Backoff, should_restart
 from localcluster.kubelet.node import HostFacts, lease_object, micro_time, node_object
-from localcluster.kubelet.pods import Backoff, should_restart
 from localcluster.node_agent import schedulable
 
 
