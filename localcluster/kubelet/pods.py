@@ -352,6 +352,7 @@ class PodWorker:
         c.launch_env, c.launch_cwd = dict(spec.env), spec.cwd
         c.image_id = "localcluster://" + normalize_repository(str(c.spec.get("image", "")))
         c.process = ContainerProcess(spec, self._ctx.python, on_exit=self._wake.set)
+        log.info("started %s (pid %d, run %d)", c.name, c.process.pid, c.runs)
         self._ctx.events.normal(pod, "Created", f"Created container: {c.name}", field_path=field_path)
         self._ctx.events.normal(pod, "Started", f"Started container {c.name}", field_path=field_path)
         self._start_probers(c, startup=True)
@@ -390,6 +391,7 @@ class PodWorker:
                 process.kill()
             return
         terminated = self._record_exit(c, process)
+        log.info("%s exited with %d (%s)", c.name, terminated.exit_code, terminated.reason)
         pod = self._current()
         if terminated.reason == "StartError":
             self._ctx.events.warning(
@@ -508,6 +510,7 @@ class PodWorker:
         self._deleting = True
         pod = self._current()
         running = [c for c in self._init + self._containers if c.process is not None]
+        log.info("deleted: stopping %d containers (grace %.0fs)", len(running), self._grace_seconds())
         for c in running:
             self._ctx.events.normal(
                 pod, "Killing", f"Stopping container {c.name}", field_path=container_field(c.name, c.init)
