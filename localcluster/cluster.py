@@ -103,6 +103,11 @@ def component_port(name: str, ports: Ports) -> int:
     return ports.as_dict()[name]
 
 
+def component_ports(name: str, ports: Ports) -> list[int]:
+    """Every port a component listens on."""
+    return [ports.etcd, ports.etcd_peer] if name == "etcd" else [component_port(name, ports)]
+
+
 class Cluster:
     """The local control plane of this repository."""
 
@@ -120,6 +125,8 @@ class Cluster:
                 self._out(f"local cluster already up: {controlplane.apiserver_url(self._ports(state))}")
                 return self._info(state)
             check_prerequisites(self.layout)
+            if state is not None and self._repairable(state):
+                return self._repair(state)
             if state is not None:
                 self._stop_all(state, reason="leftover of a previous run")
             return self._start_all(state)
@@ -149,7 +156,7 @@ class Cluster:
         for name in COMPONENTS:
             record = state.processes.get(name)
             alive = record is not None and procs.is_alive(record)
-            healthy = alive and state.ports != {} and self._healthy(name, self._ports(state))
+            healthy = alive and state.ports != {} and self._ready(name, self._ports(state))
             port = state.ports.get(name)
             result.append(ComponentStatus(name, record.pid if record else None, alive, healthy, port))
         return result
@@ -176,6 +183,39 @@ class Cluster:
         )
         return self._info(state)
 
+    def _broken(self, state: State) -> list[str]:
+        ports = self._ports(state)
+        return [
+            name
+            for name in COMPONENTS
+            if name not in state.processes
+            or not procs.is_alive(state.processes[name])
+            or not self._healthy(name, ports)
+        ]
+
+    def _repairable(self, state: State) -> bool:
+        """Some components still run: restart only the others, on their recorded ports,
+        rather than stop everything (restarting the node agent restarts every pod)."""
+        if set(state.ports) != set(controlplane.PORT_NAMES):
+            return False
+        broken = self._broken(state)
+        return len(broken) < len(COMPONENTS) and all(
+            procs.port_is_free(port) or name in state.processes and procs.is_alive(state.processes[name])
+            for name in broken
+            for port in component_ports(name, self._ports(state))
+        )
+
+    def _repair(self, state: State) -> ClusterInfo:
+        ports = self._ports(state)
+        for name in self._broken(state):
+            record = state.processes.pop(name, None)
+            if record is not None and procs.is_alive(record):
+                self._out(f">>> stopping {name} (pid {record.pid}, not healthy)")
+                procs.stop(record, STOP_GRACE.get(name, DEFAULT_STOP_GRACE))
+            self._start_component(name, ports, state)
+        self._out(f">>> local cluster repaired; kubeconfig: {self.layout.kubeconfig}")
+        return self._info(state)
+
     def _start_component(self, name: str, ports: Ports, state: State) -> None:
         port = component_port(name, ports)
         self._out(f">>> starting {name} on {LOOPBACK}:{port}")
@@ -187,7 +227,7 @@ class Cluster:
         state.processes[name] = record
         self._save_state(state)
         deadline = began + READY_TIMEOUTS[name]
-        while not self._healthy(name, ports):
+        while not self._ready(name, ports):
             if proc.poll() is not None:
                 raise ClusterError(f"{name} exited with code {proc.returncode}: {self._log_tail(name)}")
             if time.monotonic() > deadline:
@@ -256,11 +296,21 @@ class Cluster:
         if not all(procs.is_alive(r) for r in state.processes.values()):
             return False
         ports = self._ports(state)
-        return all(self._healthy(name, ports) for name in COMPONENTS)
+        return all(self._ready(name, ports) for name in COMPONENTS)
 
     def _healthy(self, name: str, ports: Ports) -> bool:
+        """The component answers its own health check (whatever the others do)."""
         try:
             return self._health_checks()[name](ports)
+        except (urllib3.exceptions.HTTPError, OSError, ApiError, ValueError):
+            return False
+
+    def _ready(self, name: str, ports: Ports) -> bool:
+        """Healthy, and for the node agent: its Node is Ready in the API."""
+        if not self._healthy(name, ports):
+            return False
+        try:
+            return name != "node-agent" or self._node_ready(ports)
         except (urllib3.exceptions.HTTPError, OSError, ApiError, ValueError):
             return False
 
@@ -272,7 +322,9 @@ class Cluster:
                 f"https://{LOOPBACK}:{p.controller_manager}/healthz"
             ),
             "s3": lambda p: _http_ok(controlplane.s3_endpoint(p) + "/"),
-            "node-agent": self._node_ready,
+            "node-agent": lambda p: self._tls_ok(
+                f"https://{LOOPBACK}:{p.node_agent}/healthz", client="apiserver-kubelet-client"
+            ),
         }
 
     def _api(self, ports: Ports) -> KubeApi:
@@ -285,10 +337,6 @@ class Cluster:
         return status == 200
 
     def _node_ready(self, ports: Ports) -> bool:
-        if not self._tls_ok(
-            f"https://{LOOPBACK}:{ports.node_agent}/healthz", client="apiserver-kubelet-client"
-        ):
-            return False
         node = self._api(ports).get_or_none(f"/api/v1/nodes/{NODE_NAME}")
         conditions = (node or {}).get("status", {}).get("conditions", [])
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
