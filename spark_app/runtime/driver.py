@@ -193,6 +193,8 @@ class Driver:
         if error is None:
             raise RuntimeError(f"query {name} stopped by itself")
         message = _first_line(str(error))
+        if not _looks_transient(str(error)):
+            raise QueryFailed(f"query {name} failed: {message}")
         if restarts.started is None:
             restarts.started = time.monotonic()
         elapsed = time.monotonic() - restarts.started
@@ -473,6 +475,32 @@ def write_termination_message(message: str) -> None:
             handle.write(message[:4000])
     except OSError:
         pass
+
+
+class QueryFailed(Exception):
+    """A query failed with an error that retrying in this process will not fix."""
+
+
+# Failures of storage or of the network that a restart of the query may get past. Anything
+# else ends the driver, and the operator's restart policy takes over.
+_TRANSIENT_MARKERS = (
+    "StorageUnavailable",
+    "java.net.ConnectException",
+    "Connection refused",
+    "SocketTimeoutException",
+    "UnknownHostException",
+    "SdkClientException",
+    "Unable to execute HTTP request",
+    "AWSStatus500Exception",
+    "AWSServiceThrottledException",
+    "503 Service Unavailable",
+    "No space left on device",
+    "EndpointConnectionError",
+)
+
+
+def _looks_transient(text: str) -> bool:
+    return any(marker in text for marker in _TRANSIENT_MARKERS)
 
 
 def _first_line(text: str) -> str:

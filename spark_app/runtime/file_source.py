@@ -81,8 +81,8 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         context = read_context(options["context"])
         self._pid = options["persistent_id"]
         self._parallelism = max(1, int(options.get("parallelism", "2")))
-        snapshot = Backend(**context["snapshot"])
-        self._index = FileIndex(snapshot.storage(), self._pid)
+        self._snapshot = Backend(**context["snapshot"])
+        self._index_cache: FileIndex | None = None
         self._plan = ReadPlan(
             persistent_id=self._pid,
             format=options["format"],
@@ -95,6 +95,17 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             ),
             arrow_schema=to_arrow_schema(schema),
         )
+
+    @property
+    def _index(self) -> FileIndex:
+        if self._index_cache is None:
+            self._index_cache = FileIndex(self._snapshot.storage(), self._pid)
+        return self._index_cache
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to ship ``read`` to tasks, which need only the partition:
+        # the index (and its storage client) stays on the driver.
+        return {**self.__dict__, "_index_cache": None}
 
     def initialOffset(self) -> dict[str, Any]:
         return {"source": self._pid, "files": 0}

@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import logging
+
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
@@ -36,6 +38,7 @@ def s3_server() -> Iterator[S3Server]:
     """Starts moto's S3 server on 127.0.0.1 (a free port) for the whole session."""
     saved = {k: os.environ.get(k) for k in TEST_CREDENTIALS}
     os.environ.update(TEST_CREDENTIALS)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

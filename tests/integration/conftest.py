@@ -1,0 +1,1 @@
+from tests.support.s3 import s3_server  # noqa: F401 - a fixture

@@ -1,0 +1,129 @@
+"""Running pipelines as real driver processes and checking their changelogs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+PIPELINES = Path(__file__).parent / "pipelines"
+
+
+@dataclass
+class Driver:
+    """One ``python -m spark_app run`` process, its output captured to a log file."""
+
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Driver:
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "SPARK_APP_TERMINATION_LOG": str(self.log_path) + ".end",
+            **self.env,
+        }
+        env.setdefault(
+            "SPARK_APP_SPARK_CONF", json.dumps({"spark.ui.enabled": "false", "spark.master": "local[2]"})
+        )
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "spark_app", "run", *self.args],
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        return self
+
+    def wait(self, timeout: float = 240) -> int:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"driver did not stop within {timeout}s:\n{self.output()[-3000:]}") from None
+
+    def kill(self) -> None:
+        """kill -9 of the whole driver (Python and its JVM), as a lost node would."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+    def terminate(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def termination_message(self) -> str:
+        path = Path(str(self.log_path) + ".end")
+        return path.read_text() if path.exists() else ""
+
+    def wait_for_log(self, text: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return
+            if self.process is not None and self.process.poll() is not None:
+                raise AssertionError(
+                    f"driver exited ({self.process.returncode}) before logging {text!r}:\n"
+                    f"{self.output()[-3000:]}"
+                )
+            time.sleep(0.2)
+        raise AssertionError(f"driver did not log {text!r} within {timeout}s:\n{self.output()[-3000:]}")
+
+
+def write_csv(folder: Path, name: str, header: str, rows: list[str]) -> None:
+    """Writes a file under a temporary name, then renames it into place (atomic arrival)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = folder / f".{name}.tmp"
+    temp.write_text(header + "\n" + "".join(r + "\n" for r in rows))
+    temp.rename(folder / name)
+
+
+def read_changelog(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def fold(changelog: list[dict[str, Any]], key: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Applies a changelog, asserting that it is consistent: a +1 never lands on a live key
+    (that would be a duplicated row) and a -1 always retracts exactly the live row (a
+    missing row would make it fail)."""
+    table: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for number, line in enumerate(changelog, start=1):
+        row = {k: v for k, v in line.items() if k not in ("time", "diff")}
+        k = tuple(row[c] for c in key)
+        if line["diff"] == 1:
+            assert k not in table, f"changelog line {number} adds {row} while {table[k]} is live"
+            table[k] = row
+        else:
+            assert table.get(k) == row, (
+                f"changelog line {number} retracts {row}, but the live row is {table.get(k)}"
+            )
+            del table[k]
+    return table
+
+
+def multiset(changelog: list[dict[str, Any]]) -> Counter[str]:
+    """The rows of an append-only changelog, as a multiset."""
+    assert all(line["diff"] == 1 for line in changelog)
+    return Counter(
+        json.dumps({k: v for k, v in line.items() if k not in ("time", "diff")}, sort_keys=True)
+        for line in changelog
+    )

@@ -1,0 +1,74 @@
+"""Run, stop, add input, run again: the pipeline resumes from its last commit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from tests.integration.spark_app.conftest import Workspace
+from tests.integration.spark_app.harness import REPO, fold, multiset, read_changelog, write_csv
+
+pytestmark = pytest.mark.spark
+
+
+def rows(file_number: int) -> list[str]:
+    return [f"w{(file_number * 7 + i) % 5},{file_number * 10 + i}" for i in range(6)]
+
+
+def expected_counts(files: range) -> dict[tuple[str], dict[str, object]]:
+    table: dict[tuple[str], dict[str, object]] = {}
+    for row in (r for f in files for r in rows(f)):
+        word, n = row.split(",")
+        current = table.get((word,), {"word": word, "count": 0, "total": 0})
+        table[(word,)] = {"word": word, "count": current["count"] + 1, "total": current["total"] + int(n)}
+    return table
+
+
+def expected_even(files: range) -> Counter[str]:
+    return Counter(
+        json.dumps({"word": r.split(",")[0], "n": int(r.split(",")[1])}, sort_keys=True)
+        for f in files
+        for r in rows(f)
+        if int(r.split(",")[1]) % 2 == 0
+    )
+
+
+def inspect(workspace: Workspace) -> dict[str, object]:
+    command = [sys.executable, "-m", "spark_app", "inspect", workspace.state, "--json"]
+    if workspace.endpoint_url:
+        command += ["--endpoint-url", workspace.endpoint_url]
+    return json.loads(subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True).stdout)
+
+
+def test_restart_reads_only_new_files_and_sets_malformed_rows_aside(workspace: Workspace) -> None:
+    for f in range(3):
+        write_csv(workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    first = workspace.driver("--stop-when-idle").start()
+    assert first.wait() == 0, first.output()[-3000:]
+    assert fold(read_changelog(workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(3))
+
+    write_csv(workspace.inputs, "part-3.csv", "word,n", rows(3))
+    write_csv(workspace.inputs, "part-4.csv", "word,n", [*rows(4), "bad,not-a-number"])
+    second = workspace.driver("--stop-when-idle").start()
+    assert second.wait() == 0, second.output()[-3000:]
+
+    assert "resuming" in second.output()
+    assert "words: 5 files" in second.output() and "words: 3 files" not in second.output()
+    assert fold(read_changelog(workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(5))
+    assert multiset(read_changelog(workspace.out / "even.jsonlines")) == expected_even(range(5))
+
+    dead_letters = list((workspace.out / "counts.jsonlines.dead-letter" / "words").glob("*.jsonl"))
+    assert [p.name for p in dead_letters] == ["part-4.csv.jsonl"]
+    letter = json.loads(dead_letters[0].read_text())
+    assert (letter["line"], letter["raw"]) == (8, "bad,not-a-number")
+    assert letter["error"] == "column 'n': cannot read 'not-a-number' as INT"
+
+    report = inspect(workspace)
+    counts = report["queries"]["counts_jsonlines"]  # type: ignore[index]
+    assert counts["offsets"]["words"]["files"] == 5
+    assert counts["sources"]["words"]["malformed"] == 1
+    assert report["lease"]["released"] is True  # type: ignore[index]
