@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline_operator import names
-from pipeline_operator.spec import FilesystemBackend, PipelineSpec, S3Backend
+from pipeline_operator.spec import FilesystemBackend, PipelineSpec, S3Backend, uri_in_pod
 from spark_app import contract
 from spark_app.contract import InjectedConfig
 
@@ -70,8 +70,8 @@ def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> Injec
     backend = spec.persistence.backend
     s3 = backend if isinstance(backend, S3Backend) else None
     return InjectedConfig(
-        metadata_uri=state_root,
-        snapshot_uri=state_root,
+        metadata_uri=uri_in_pod(state_root),
+        snapshot_uri=uri_in_pod(state_root),
         snapshot_interval_ms=spec.persistence.snapshot_interval_seconds * 1000,
         epoch=epoch,
         pipeline=spec.pipeline,
@@ -184,7 +184,7 @@ def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
             "name": names.CLEANUP_CONTAINER,
             "image": spec.image,
             "imagePullPolicy": spec.image_pull_policy,
-            "args": ["python", "-m", "spark_app", "reset", spec.persistence.base_uri, "--yes"],
+            "args": ["python", "-m", "spark_app", "reset", uri_in_pod(spec.persistence.base_uri), "--yes"],
             "env": env,
             "volumeMounts": _state_mounts(spec),
         }],

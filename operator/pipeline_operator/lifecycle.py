@@ -175,19 +175,20 @@ def _deleting(o: Observed, t: Tunables) -> Decision:
 def _driver_ended(o: Observed, t: Tunables) -> Decision:
     d, m = o.driver, o.memory
     assert d is not None
+    stored = d.stale_epoch
+    if stored is not None:  # whatever else happens, the next epoch must be above the stored one
+        m = replace(m, epoch_floor=max(m.epoch_floor, stored + 1, m.epoch + 1))
     if d.uid == m.ended_uid:
         return _step(o, m, m.phase or "Restarting", m.message, action=Remove(d.uid), requeue=t.poll_seconds)
     m = replace(m, ended_uid=d.uid, driver_uid="" if m.driver_uid in ("", d.uid) else m.driver_uid,
                 epoch=max(m.epoch, d.epoch))
     if m.stopping:
         return _step(o, m, "Stopping", f"driver epoch {d.epoch} stopped", action=Remove(d.uid), requeue=t.poll_seconds)
-    stored = d.stale_epoch
     if stored is not None:
-        floor = max(stored + 1, m.epoch + 1)
-        m = replace(m, epoch_floor=floor, next_launch_at=o.now, next_launch_reason="StaleEpoch")
+        m = replace(m, next_launch_at=o.now, next_launch_reason="StaleEpoch")
         return _step(o, m, "Restarting", f"relaunching above the stored epoch {stored}", action=Remove(d.uid),
                      events=(_normal("StaleEpoch", f"driver epoch {d.epoch} is not above the stored epoch "
-                                                   f"{stored}; relaunching at epoch {floor}"),),
+                                                   f"{stored}; relaunching at epoch {m.epoch_floor}"),),
                      requeue=0)
     policy = o.spec.restart_policy if o.spec else RestartPolicy()
     if d.exit_code == contract.EXIT_OK:

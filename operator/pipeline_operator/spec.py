@@ -26,6 +26,7 @@ DEGRADED_WINDOW_INTERVALS = 5
 """Without spec.persistence.degradedAfterSeconds, this many snapshot intervals without a
 commit (while input waits) make a pipeline Degraded."""
 MIN_DEGRADED_WINDOW_INTERVALS = 2
+CLAIM_SCHEME = "pvc://"
 RESERVED_ENV = frozenset(contract.ALL) | {POD_IP_ENV}
 CREDENTIAL_ENV = frozenset({contract.AWS_ACCESS_KEY_ID, contract.AWS_SECRET_ACCESS_KEY, contract.AWS_SESSION_TOKEN})
 _SECRET_LOOKING_CONF = re.compile(r"(secret|password|session\.token|access\.key|credential)", re.IGNORECASE)
@@ -133,10 +134,21 @@ class Persistence:
 
     @property
     def base_uri(self) -> str:
-        """The backend's root for this pipeline, before reset and generation suffixes."""
+        """This pipeline's root in its backend, before reset and generation suffixes:
+        ``s3://bucket/prefix``, or ``pvc://claim/path`` (the claim is part of the identity:
+        the same path in another claim is other state)."""
         if isinstance(self.backend, S3Backend):
             return f"s3://{self.backend.bucket}/{self.backend.prefix}"
-        return f"{STATE_MOUNT_PATH}/{self.backend.path}"
+        return f"{CLAIM_SCHEME}{self.backend.claim_name}/{self.backend.path}"
+
+
+def uri_in_pod(root: str) -> str:
+    """Where a state root is reached from inside a pod: S3 as it is, a claim's folder
+    under the mount path."""
+    if not root.startswith(CLAIM_SCHEME):
+        return root
+    _claim, _, path = root.removeprefix(CLAIM_SCHEME).partition("/")
+    return f"{STATE_MOUNT_PATH}/{path}"
 
 
 @dataclass(frozen=True)

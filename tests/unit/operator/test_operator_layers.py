@@ -1,0 +1,32 @@
+"""The operator's layering (operator/importlinter.ini) holds, and the handlers stay glue."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGE = ROOT / "operator" / "pipeline_operator"
+
+
+def test_import_contracts_hold() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint), "--config", "operator/importlinter.ini"], capture_output=True, text=True,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_handlers_are_short() -> None:
+    tree = ast.parse((PACKAGE / "handlers.py").read_text())
+    lengths = {node.name: node.end_lineno - node.lineno + 1  # type: ignore[operator]
+               for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    assert lengths and max(lengths.values()) <= 25, lengths
+
+
+def test_no_module_named_operator_shadows_the_standard_library() -> None:
+    import operator
+
+    assert operator.__file__ is not None and "site-packages" not in operator.__file__
+    assert not (ROOT / "operator" / "__init__.py").exists()

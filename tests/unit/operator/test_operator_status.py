@@ -1,0 +1,65 @@
+"""The status: a Memory survives the round trip through it (a restarted operator carries
+on), conditions keep their transition times, and nothing in it grows without bound."""
+
+from __future__ import annotations
+
+from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart
+from pipeline_operator.observe import QueryReport
+from pipeline_operator.status import format_time, parse_time, read_memory, render
+from ppl_factories import NAME, NOW
+
+CONDITIONS = (
+    Condition("Ready", "True", "DriverRunning", "driver epoch 4 is running"),
+    Condition("Progressing", "False", "Running", "driver epoch 4 is running"),
+    Condition("Degraded", "False", "Healthy", ""),
+    Condition("CheckpointHealthy", "True", "Committing", "commits are keeping up with the input"),
+)
+RICH_MEMORY = Memory(
+    phase="Running", message="driver epoch 4 is running", epoch=4, driver_uid="pod-4", restarts_total=3,
+    consecutive_failures=1, recent_restarts=(Restart(NOW - 60.5, "Error", 3), Restart(NOW - 10.25, "SpecChanged", 4)),
+    last_failure=Failure("Error", 1, "boom", NOW - 61.125, 2, "pod-2", 1), ended_uid="pod-2",
+    next_launch_at=NOW + 12.5, next_launch_reason="Error", epoch_floor=7, halt=Halt("BackoffExhausted", 2, "n"),
+    stopping="SpecChanged", state_root="pvc://state/team/wc", reset_nonce="r1", stateless_generation=2,
+    applied_hash="abc", announced_epoch=4, announced_problem="x", degraded="NoRecentCommit",
+    checkpoint=Checkpoint(time=NOW - 5.5, epoch=4, queries={
+        "counts": QueryReport(batch=12, commit_time_ms=int((NOW - 5.5) * 1000), offsets={"words": {"files": 3}},
+                              backlog=True, malformed=2, iterate={"step": 1}),
+        "empty": QueryReport(),
+    }),
+    conditions=CONDITIONS,
+)
+
+
+def test_memory_survives_the_round_trip_through_status() -> None:
+    status = render(RICH_MEMORY, name=NAME, generation=3, previous={}, now=NOW)
+    assert read_memory(status) == RICH_MEMORY
+    assert status["driver"] == {"epoch": 4, "pod": "wc-driver", "uid": "pod-4"}
+    assert status["checkpoint"]["time"] == format_time(NOW - 5.5)
+    assert status["observedGeneration"] == 3 and status["lastFailure"]["exitCode"] == 1
+
+
+def test_an_empty_status_is_a_fresh_memory() -> None:
+    assert read_memory(None) == Memory() and read_memory({}) == Memory()
+    assert read_memory(render(Memory(), name=NAME, generation=1, previous={}, now=NOW)) == Memory()
+
+
+def test_conditions_keep_their_transition_time_until_their_status_changes() -> None:
+    first = render(RICH_MEMORY, name=NAME, generation=3, previous={}, now=NOW)
+    later = render(RICH_MEMORY, name=NAME, generation=3, previous=first, now=NOW + 100)
+    assert later["conditions"] == first["conditions"]
+    degraded = RICH_MEMORY.conditions[:2] + (Condition("Degraded", "True", "NoRecentCommit", "late"),) + \
+        RICH_MEMORY.conditions[3:]
+    flipped = render(Memory(conditions=degraded), name=NAME, generation=3, previous=first, now=NOW + 100)
+    times = {c["type"]: c["lastTransitionTime"] for c in flipped["conditions"]}
+    assert times["Degraded"] == format_time(NOW + 100, fraction=False)
+    assert times["Ready"] == format_time(NOW, fraction=False)
+
+
+def test_an_unchanged_memory_renders_an_identical_status() -> None:
+    first = render(RICH_MEMORY, name=NAME, generation=3, previous={}, now=NOW)
+    assert render(read_memory(first), name=NAME, generation=3, previous=first, now=NOW + 5) == first
+
+
+def test_times_keep_milliseconds() -> None:
+    assert parse_time(format_time(NOW + 0.125)) == NOW + 0.125
+    assert parse_time("2027-01-15T08:00:00Z") == parse_time("2027-01-15T08:00:00.000Z")
