@@ -65,6 +65,14 @@ class ApiError(Exception):
         super().__init__(f"{status} {self.reason}: {decoded.get('message', '')}")
 
 
+class ApiUnavailable(ApiError):
+    """No answer at all (connection refused, timeout): the apiserver is down or restarting.
+    Its `status` is 0, so callers that retry on ApiError retry on this too."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(0, json.dumps({"reason": "Unavailable", "message": str(cause)}).encode())
+
+
 class WatchExpired(Exception):
     """The resourceVersion we watch from is too old (410 Gone): relist."""
 
@@ -99,9 +107,12 @@ class KubeApi:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = content_type
-        response = self._pool.request(
-            method, self._url(path, query), body=data, headers=headers, timeout=timeout or self._timeout
-        )
+        try:
+            response = self._pool.request(
+                method, self._url(path, query), body=data, headers=headers, timeout=timeout or self._timeout
+            )
+        except urllib3.exceptions.HTTPError as e:
+            raise ApiUnavailable(e) from e
         if response.status >= 300:
             raise ApiError(response.status, response.data)
         result: JsonDict = json.loads(response.data) if response.data else {}

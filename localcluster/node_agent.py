@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from localcluster.kubeapi import ApiConfig, ApiError, KubeApi, WatchExpired, pod_path
 from localcluster.kubelet import node as nodes
 from localcluster.kubelet import storage
@@ -92,8 +94,12 @@ class ImageMapFile:
         with self._lock:
             mtime = self._path.stat().st_mtime
             if mtime != self._mtime:
-                self._map = load_image_map(self._path.read_text(), self._placeholders)
                 self._mtime = mtime
+                try:
+                    self._map = load_image_map(self._path.read_text(), self._placeholders)
+                except (yaml.YAMLError, AttributeError, TypeError) as e:
+                    # A half-edited file: keep running what we had.
+                    log.warning("%s is not valid, keeping the previous image map: %s", self._path, e)
             return self._map
 
 

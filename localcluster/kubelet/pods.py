@@ -49,6 +49,7 @@ IMAGE_PULL_BACKOFF_AFTER = 1.0
 CONFIG_RETRY = (1.0, 10.0)
 MOUNT_RETRY_SECONDS = 2.0
 STATUS_RETRY_SECONDS = 1.0
+API_RETRY_SECONDS = 1.0
 TOKEN_REFRESH_FRACTION = 0.8
 # A container that ran this long without failing starts its back-off from scratch.
 BACKOFF_RESET_SECONDS = 600.0
@@ -154,25 +155,35 @@ class PodWorker:
     def _loop(self) -> None:
         while True:
             self._wake.clear()
-            pod = self._current()
-            if self._shutdown:
-                self._stop_everything(self._grace_seconds())
-                return
-            if self._gone:
-                raise PodGone()
-            if pod["metadata"].get("deletionTimestamp"):
-                self._terminate()
-                return
-            now = time.time()
-            if self._volumes is None and now >= self._prepare_at:
-                self._prepare()
-            if self._volumes is not None:
-                self._refresh_tokens_if_due(now)
-                self._sync_containers(now)
-            self._report_status()
-            if self._finished():
-                return
+            try:
+                if self._step():
+                    return
+            except ApiError as e:
+                # The apiserver is restarting, or refused something we will try again.
+                log.warning("will retry after an API error: %s", e)
+                self._wake.wait(API_RETRY_SECONDS)
+                continue
             self._wake.wait(self._sleep_seconds())
+
+    def _step(self) -> bool:
+        """One pass over the pod; True when the worker is done with it."""
+        pod = self._current()
+        if self._shutdown:
+            self._stop_everything(self._grace_seconds())
+            return True
+        if self._gone:
+            raise PodGone()
+        if pod["metadata"].get("deletionTimestamp"):
+            self._terminate()
+            return True
+        now = time.time()
+        if self._volumes is None and now >= self._prepare_at:
+            self._prepare()
+        if self._volumes is not None:
+            self._refresh_tokens_if_due(now)
+            self._sync_containers(now)
+        self._report_status()
+        return self._finished()
 
     def _current(self) -> JsonDict:
         with self._lock:
@@ -181,7 +192,9 @@ class PodWorker:
     def _finished(self) -> bool:
         phase = st.pod_phase(self._restart_policy, self._views(True), self._views(False))
         running = any(c.process is not None for c in self._init + self._containers)
-        return phase in ("Succeeded", "Failed") and not running and self._reported is not None
+        # Done only once the API has been told: a failed status update is retried first.
+        reported = self._reported is not None and self._reported["phase"] == phase
+        return phase in ("Succeeded", "Failed") and not running and reported
 
     def _sleep_seconds(self) -> float:
         now = time.time()
@@ -591,6 +604,8 @@ class PodWorker:
         if status == self._reported or (not final and time.time() < self._report_at):
             return
         try:
+            # A merge patch without resourceVersion: nothing to conflict with, so no
+            # re-read and retry; the uid makes sure it only lands on this pod.
             self._ctx.api.patch(
                 pod_path(self.namespace, self.name, "status"),
                 {"metadata": {"uid": self.uid}, "status": status},
