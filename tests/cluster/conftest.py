@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -25,7 +26,7 @@ def core(api_client: client.ApiClient) -> client.CoreV1Api:
 @pytest.fixture
 def namespace(core: client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of its own, once its default ServiceAccount exists (pods need it)."""
-    slug = request.node.name.removeprefix("test_")[:20].replace("_", "-").strip("-").lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower())[:20].strip("-")
     name = f"lc-{slug}-{uuid.uuid4().hex[:5]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for("the default service account", lambda: core.list_namespaced_service_account(name).items)
