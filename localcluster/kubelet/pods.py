@@ -420,6 +420,7 @@ class PodWorker:
         delay = c.crash_backoff
         c.crash_backoff = self._ctx.crash_backoff.next(c.crash_backoff)
         c.next_start = now + delay
+        c.reason, c.message = "ContainerCreating", ""
         if delay > 0:
             c.reason = "CrashLoopBackOff"
             c.message = f"back-off {delay:.0f}s restarting failed container={c.name} pod={self.name}_{self.namespace}({self.uid})"
@@ -428,8 +429,6 @@ class PodWorker:
                 field_path=container_field(c.name, c.init),
             )  # fmt: skip
 
-    # ---- probes ------------------------------------------------------------------------
-
     @staticmethod
     def _record_exit(c: Container, process: ContainerProcess) -> st.Terminated:
         c.process = None
@@ -437,6 +436,8 @@ class PodWorker:
         c.stop_probers()
         c.ready = c.started = c.startup_passed = False
         return terminated_run(process)
+
+    # ---- probes ------------------------------------------------------------------------
 
     def _start_probers(self, c: Container, startup: bool) -> None:
         process = c.process
