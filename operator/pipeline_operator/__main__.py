@@ -10,7 +10,6 @@ Every flag has a PIPELINE_OPERATOR_<NAME> variable (see pipeline_operator.settin
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,8 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load(argv)
     kopf.configure(verbose=settings.verbose, log_format=_LOG_FORMATS.get(settings.log_format, kopf.LogFormat.FULL))
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    if settings.kubeconfig:
-        os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login (kopf.login_via_client)
+    logging.getLogger("kopf.objects").addFilter(_quiet_wakeups)
     metrics = Metrics()
     if settings.metrics_port:
         metrics.serve(settings.metrics_port, settings.liveness_host)
@@ -49,11 +47,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _quiet_wakeups(record: logging.LogRecord) -> bool:
+    """kopf logs each event handler's success; the wake-up handlers run on every pod event."""
+    return not record.getMessage().startswith("Handler 'wake_on_")
+
+
 def memo(settings: Settings, metrics: Metrics) -> kopf.Memo:
-    """What the handlers share: one Reconciler, the wake-up flags, the API thread pool."""
+    """What the handlers share: the API client, one Reconciler, the wake-up flags, the API thread pool."""
     kube = Kube.connect(settings.kubeconfig, pool_size=settings.api_threads)
     return kopf.Memo(
         settings=settings,
+        kube=kube,
         reconciler=Reconciler(kube, settings, metrics),
         wakeups=Wakeups(),
         executor=ThreadPoolExecutor(settings.api_threads, thread_name_prefix="api"),

@@ -32,6 +32,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{names.GROUP}/finalizer"
 
 
+@kopf.on.login()
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """kopf connects as the operator's own client does (--kubeconfig, in-cluster or $KUBECONFIG)."""
+    return kopf.ConnectionInfo(**memo.kube.credentials())
+
+
 @kopf.daemon(*RESOURCE, cancellation_timeout=10.0, backoff=5.0)
 async def keep_running(namespace: str, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                        logger: kopf.Logger, **_: Any) -> None:

@@ -27,6 +27,7 @@ _TIMEOUT = 15.0
 
 class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
+        self._configuration: client.Configuration = api_client.configuration
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
 
@@ -43,6 +44,16 @@ class Kube:
                 config.load_kube_config(client_configuration=configuration)
         configuration.connection_pool_maxsize = pool_size
         return cls(client.ApiClient(configuration))
+
+    def credentials(self) -> dict[str, Any]:
+        """The connection this client uses, for kopf's own (a login handler passes it on).
+        Asked again on every login, so an in-cluster token is re-read when it rotates."""
+        c = self._configuration
+        header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization") or ""
+        scheme, _, token = header.partition(" ") if " " in header else ("", "", header)
+        return {"server": c.host, "ca_path": c.ssl_ca_cert, "insecure": not c.verify_ssl,
+                "scheme": scheme or None, "token": token or None,
+                "certificate_path": c.cert_file, "private_key_path": c.key_file}
 
     # ---- the PersistentPipeline ---------------------------------------------------------
 
@@ -94,11 +105,11 @@ class Kube:
         except Conflict:
             pass  # it exists (a previous epoch created it)
 
-    def log_tail(self, namespace: str, pod: str, container: str, limit_bytes: int = 4096) -> str:
-        """The end of a container's log (what FallbackToLogsOnError would have reported)."""
+    def log_tail(self, namespace: str, pod: str, container: str, limit_bytes: int = 2048) -> str:
+        """The end of a container's log: what FallbackToLogsOnError reports (80 lines, 2 KiB)."""
         try:
             response = self._core.read_namespaced_pod_log(
-                pod, namespace, container=container, tail_lines=40, _preload_content=False,
+                pod, namespace, container=container, tail_lines=80, _preload_content=False,
                 _request_timeout=_TIMEOUT)
             return bytes(response.data)[-limit_bytes:].decode(errors="replace")
         except (ApiException, urllib3.exceptions.HTTPError):

@@ -30,7 +30,6 @@ from pipeline_operator.lifecycle import (
 from pipeline_operator.metrics import Metrics
 from pipeline_operator.settings import Settings
 from pipeline_operator.spec import PipelineSpec, parse_spec, prerequisites
-from spark_app import contract
 
 
 @dataclass(frozen=True)
@@ -82,10 +81,11 @@ class Reconciler:
             problems = tuple(str(p) for p in invalid.problems)
         pod = self._kube.get_pod(namespace, names.driver_pod_name(name))
         driver = observe.driver_pod(pod) if pod is not None else None
-        if driver is not None and driver.exit_code == contract.EXIT_FENCED and driver.stale_epoch is None:
-            # No termination message (a kubelet without FallbackToLogsOnError): read the log's end.
+        if driver is not None and driver.ended and driver.exit_code and not driver.message:
+            # What FallbackToLogsOnError gives, for a kubelet that does not honour it: the
+            # log's end says why (and, for exit code 3, which epoch is stored).
             tail = self._kube.log_tail(namespace, driver.name, names.DRIVER_CONTAINER)
-            driver = replace(driver, message=f"{driver.message}\n{tail}".strip())
+            driver = replace(driver, message=tail.strip())
         missing: tuple[str, ...] = ()
         if spec is not None and driver is None and spec.state == "running" and not deleting:
             missing = self._kube.missing(namespace, prerequisites(spec))

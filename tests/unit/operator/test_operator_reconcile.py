@@ -169,3 +169,24 @@ def test_a_gone_pipeline_is_forgotten(metrics: Metrics) -> None:
     kube = FakeKube(raw())
     kube.resource = None
     assert reconciler(kube, metrics).reconcile(NAMESPACE, NAME).resource is None
+
+
+def test_a_failure_without_a_termination_message_is_explained_by_the_log_tail(metrics: Metrics) -> None:
+    kube = FakeKube(raw())
+    run = reconciler(kube, metrics)
+    run.reconcile(NAMESPACE, NAME)
+    kube.end_driver(contract.EXIT_MISCONFIGURED)
+    kube.logs = "pipeline file examples/nope.py does not exist\n"
+    outcome = run.reconcile(NAMESPACE, NAME)
+    assert kube.resource is not None
+    assert kube.resource["status"]["lastFailure"]["message"] == "pipeline file examples/nope.py does not exist"
+    assert "does not exist" in outcome.events[0].message
+
+
+def test_a_clean_exit_reads_no_log(metrics: Metrics) -> None:
+    kube = FakeKube(raw())
+    run = reconciler(kube, metrics)
+    run.reconcile(NAMESPACE, NAME)
+    kube.end_driver(0)
+    run.reconcile(NAMESPACE, NAME)
+    assert not any(c.startswith("log_tail") for c in kube.calls)
