@@ -30,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load(argv)
     kopf.configure(verbose=settings.verbose, log_format=_LOG_FORMATS.get(settings.log_format, kopf.LogFormat.FULL))
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the liveness probe, every few seconds
     logging.getLogger("kopf.objects").addFilter(_quiet_wakeups)
     metrics = Metrics()
     if settings.metrics_port:

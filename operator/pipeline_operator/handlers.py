@@ -21,6 +21,7 @@ from pipeline_operator.errors import ApiUnavailable, Conflict
 from pipeline_operator.reconcile import Outcome
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
+CONFLICT_RETRIES = 5
 
 
 @kopf.on.startup()
@@ -75,14 +76,18 @@ async def wake_on_change(namespace: str, name: str, meta: kopf.Meta, status: kop
 
 
 async def reconcile(memo: kopf.Memo, namespace: str, name: str) -> Outcome:
-    """One pass in the API thread pool; posts its Events; maps domain errors to kopf's."""
+    """One pass in the API thread pool; posts its Events; maps domain errors to kopf's.
+    A conflict (kopf's own annotations, a user's edit) is normal: read again at once."""
     loop = asyncio.get_running_loop()
-    try:
-        outcome: Outcome = await loop.run_in_executor(memo.executor, memo.reconciler.reconcile, namespace, name)
-    except Conflict as conflict:
-        raise kopf.TemporaryError(f"the resource changed while being reconciled ({conflict}); again", delay=0.2) from None
-    except ApiUnavailable as error:
-        raise kopf.TemporaryError(str(error), delay=5.0) from None
+    for attempt in range(CONFLICT_RETRIES):
+        try:
+            outcome: Outcome = await loop.run_in_executor(memo.executor, memo.reconciler.reconcile, namespace, name)
+            break
+        except Conflict as conflict:
+            if attempt == CONFLICT_RETRIES - 1:
+                raise kopf.TemporaryError(f"the resource keeps changing ({conflict})", delay=1.0) from None
+        except ApiUnavailable as error:
+            raise kopf.TemporaryError(str(error), delay=5.0) from None
     if outcome.resource is not None:
         for event in outcome.events:
             kopf.event(dict(outcome.resource), type=event.type, reason=event.reason, message=event.message)
