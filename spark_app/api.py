@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -29,6 +30,10 @@ def run(
     """
     _configure_logging()
     config = persistence_config or _config_from_env()
+    if config.epoch is None and os.environ.get(contract.EPOCH):
+        # The epoch belongs to whoever launched this process (the operator), not to the
+        # pipeline's code, which may build its own Config.
+        config = dataclasses.replace(config, epoch=int(os.environ[contract.EPOCH]))
     options = RunOptions(trigger_interval_ms=trigger_interval_ms, stop_when_idle=stop_when_idle)
     code = Driver(current(), config, options).run()
     if code != contract.EXIT_OK:

@@ -26,7 +26,7 @@ need_go() {
 # so that `kubectl version` and helm's kubeVersion checks see v1.37.1 instead of v0.0.0.
 kube_ldflags() {
   local version major minor flags="-s -w"
-  version=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$top/tools/kube/go.mod")
+  version=$(awk '$1 == "k8s.io/kubernetes" && NF == 2 {print $2}' "$top/tools/kube/go.mod")
   major=${version#v}; major=${major%%.*}
   minor=${version#v*.}; minor=${minor%%.*}
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -41,7 +41,7 @@ kube_ldflags() {
 build() {
   local name=$1 ldflags=$2; shift 2
   local dir="$top/tools/$name" key out
-  key=$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-16)
+  key=$(cat "$dir/go.mod" "$dir/go.sum" "$0" | sha256sum | cut -c1-16)
   out="$cache/go/$name-$key"
   if [ ! -f "$out/.complete" ]; then
     need_go

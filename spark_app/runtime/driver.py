@@ -143,10 +143,12 @@ class Driver:
             path_style=config.snapshot_storage.path_style if config.snapshot_storage.kind == "s3" else None,
         )
         self._pipeline.write_context(config.snapshot_storage, dead_letter)
-        for name, spec in self._pipeline.queries.items():
+        for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, dead_letter)
             self._handlers[name] = handler
             self._start_query(name)
+            if number == 0 and len(self._pipeline.queries) > 1:
+                self._wait_for_first_trigger(name)
         threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         self._state = "running"
         log.info("pipeline running at epoch %d: %s", self._session.epoch,
@@ -165,6 +167,21 @@ class Driver:
             .start()
         )
         self._queries[name] = query
+
+    def _wait_for_first_trigger(self, name: str, timeout_s: float = 300) -> None:
+        """Lets the first query plan its first batch before the others start.
+
+        Spark's PythonStreamingSourceRunner.init adds entries to the environment map of the
+        data source's PythonFunction, which every query shares and which tasks serialize;
+        a query starting while another serializes tasks can corrupt them
+        (java.io.OptionalDataException). Once the first runner has added the entries,
+        later runners only overwrite them with equal values, which is harmless.
+        """
+        query = self._queries[name]
+        deadline = time.monotonic() + timeout_s
+        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+            if self._stop.wait(0.1):
+                return
 
     def _supervise(self) -> None:
         idle_since: float | None = None
@@ -496,6 +513,9 @@ _TRANSIENT_MARKERS = (
     "503 Service Unavailable",
     "No space left on device",
     "EndpointConnectionError",
+    # A driver of a lower epoch that has not yet noticed it is fenced (it does within one
+    # lease renewal) may still be writing Spark's checkpoint.
+    "Multiple streaming queries are concurrently using",
 )
 
 

@@ -1,0 +1,61 @@
+"""kill -9 at random moments while input keeps arriving; the output must come out exactly
+as from a run that never crashed: no changelog row duplicated, none missing.
+
+`make test` runs a few rounds; `make test-chaos` runs CHAOS_ROUNDS (25) of them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from tests.integration.spark_app.conftest import Workspace
+from tests.integration.spark_app.harness import fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.test_resume import expected_counts, expected_even, rows
+
+pytestmark = pytest.mark.spark
+
+ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "3"))
+FILES = int(os.environ.get("CHAOS_FILES", "16"))
+
+
+def feed(workspace: Workspace, seed: int, done: threading.Event) -> None:
+    pace = random.Random(seed)
+    for f in range(FILES):
+        write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+        time.sleep(pace.uniform(0.1, 0.8))
+    done.set()
+
+
+@pytest.mark.parametrize("seed", range(ROUNDS))
+def test_kill_9_at_random_moments_loses_and_repeats_nothing(fs_workspace: Workspace, seed: int) -> None:
+    chaos = random.Random(1000 + seed)
+    done = threading.Event()
+    feeder = threading.Thread(target=feed, args=(fs_workspace, seed, done), daemon=True)
+    kills = 0
+    driver = fs_workspace.driver().start()
+    driver.wait_for_log("pipeline running")
+    feeder.start()
+    while not done.is_set() or kills < 2:
+        # Kill at a random point after the pipeline came up: during start-up, mid-batch,
+        # between a batch's output and its commit, or while idle.
+        time.sleep(chaos.uniform(0.5, 6.0))
+        driver.kill()
+        kills += 1
+        driver = fs_workspace.driver().start()
+        if chaos.random() < 0.3:
+            time.sleep(chaos.uniform(0, 3))  # sometimes kill it again before it is even up
+            continue
+        driver.wait_for_log("pipeline running")
+    driver.kill()
+    final = fs_workspace.driver("--stop-when-idle").start()
+    assert final.wait() == 0, final.output()[-3000:]
+
+    counts = read_changelog(fs_workspace.out / "counts.jsonlines")
+    assert fold(counts, ("word",)) == expected_counts(range(FILES))
+    assert multiset(read_changelog(fs_workspace.out / "even.jsonlines")) == expected_even(range(FILES))
+    assert kills >= 2

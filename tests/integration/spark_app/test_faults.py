@@ -1,0 +1,48 @@
+"""Start-up errors in one sentence; graceful stop on SIGTERM."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spark_app import contract
+from tests.integration.spark_app.conftest import Workspace
+from tests.integration.spark_app.harness import fold, read_changelog, write_csv
+from tests.integration.spark_app.test_resume import expected_counts, rows
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_missing_bucket_fails_at_start_up_in_one_sentence(tmp_path, s3_server) -> None:  # type: ignore[no-untyped-def]
+    workspace = Workspace(tmp_path, "s3://no-such-bucket/p", s3_server.endpoint_url)
+    driver = workspace.driver().start()
+    assert driver.wait() == contract.EXIT_MISCONFIGURED
+    assert driver.termination_message() == (
+        f"the bucket no-such-bucket does not exist at {s3_server.endpoint_url}; create it or fix the bucket name")
+
+
+def test_an_unwritable_state_path_fails_at_start_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "file").write_text("in the way")
+    workspace = Workspace(tmp_path, str(tmp_path / "file" / "state"))
+    driver = workspace.driver().start()
+    assert driver.wait() == contract.EXIT_MISCONFIGURED
+    assert "is not writable" in driver.termination_message()
+
+
+def test_sigterm_commits_and_exits_zero_within_the_grace_period(fs_workspace: Workspace) -> None:
+    for f in range(3):
+        write_csv(fs_workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    driver = fs_workspace.driver().start()
+    driver.wait_for_log("committed batch")
+    write_csv(fs_workspace.inputs, "part-3.csv", "word,n", rows(3))
+    time.sleep(0.5)
+    started = time.monotonic()
+    driver.terminate()
+    assert driver.wait(30) == 0
+    assert time.monotonic() - started < 25
+    assert "stopped cleanly" in driver.output()
+    again = fs_workspace.driver("--stop-when-idle").start()
+    assert again.wait() == 0
+    assert "taking over" not in again.output()  # the lease was released, not left to expire
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
