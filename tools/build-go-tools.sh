@@ -26,7 +26,8 @@ need_go() {
 # so that `kubectl version` and helm's kubeVersion checks see v1.37.1 instead of v0.0.0.
 kube_ldflags() {
   local version major minor flags="-s -w"
-  version=$(awk '$1 == "k8s.io/kubernetes" && NF == 2 {print $2}' "$top/tools/kube/go.mod")
+  version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$top/tools/kube/go.mod")
+  [[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "error: no k8s.io/kubernetes version in tools/kube/go.mod" >&2; exit 1; }
   major=${version#v}; major=${major%%.*}
   minor=${version#v*.}; minor=${minor%%.*}
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -66,5 +67,6 @@ build kube "$(kube_ldflags)" \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
   kubectl=k8s.io/kubernetes/cmd/kubectl
 build etcd "-s -w" etcd=go.etcd.io/etcd/server/v3
-build helm "-s -w" helm=helm.sh/helm/v4/cmd/helm
+helm_version=$(awk '$1 == "helm.sh/helm/v4" {print $2; exit}' "$top/tools/helm/go.mod")
+build helm "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" helm=helm.sh/helm/v4/cmd/helm
 echo ">>> control-plane binaries ready in .cache/bin: $(ls "$bin_links" | tr '\n' ' ')"
