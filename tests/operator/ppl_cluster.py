@@ -63,12 +63,12 @@ class Namespace:
         for manifest in manifests:
             if manifest["kind"] == "PersistentPipeline":
                 name = manifest["metadata"]["name"]
-                if self.pipeline(name) is None:
+                current = self.pipeline(name)
+                if current is None:
                     self.custom.create_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, manifest)
                 else:
-                    self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, name,
-                                                               [{"op": "replace", "path": "/spec",
-                                                                 "value": manifest["spec"]}])
+                    self.custom.replace_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, name,
+                                                                 {**current, "spec": manifest["spec"]})
             else:
                 utils.create_from_dict(self.core.api_client, manifest, namespace=self.name)
 
@@ -92,6 +92,9 @@ class Namespace:
 
     def patch(self, name: str, spec: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, name, {"spec": spec})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, name)
 
     def pod(self, name: str) -> client.V1Pod | None:
         try:
