@@ -71,3 +71,31 @@ cluster-status: ## Show each local cluster process with its port, pid and health
 cluster-test: venv bins ## Test the local control plane: pure unit tests, then tests/cluster (starts the cluster if needed).
 	$(PYTEST) tests/unit/localcluster -q
 	$(PYTEST) tests/cluster -q
+
+## ---- operator ---------------------------------------------------------------------------
+# The PersistentPipeline operator (operator/pipeline_operator), its CRDs (crds/), tests and
+# benchmarks. OPERATOR_ARGS passes flags to `python -m pipeline_operator` (see --help).
+KUBECONFIG_LOCAL := .cache/cluster/kubeconfig
+OPERATOR_ARGS ?=
+BENCH_ARGS ?=
+
+.PHONY: operator-crds
+operator-crds: ## Apply the CRDs of crds/ (PersistentPipeline, kopf peering) to the local cluster.
+	.cache/bin/kubectl --kubeconfig=$(KUBECONFIG_LOCAL) apply -f crds/
+
+.PHONY: operator-run
+operator-run: venv ## Run the operator against the local cluster in the foreground (all namespaces; Ctrl-C stops it).
+	$(PY) -m pipeline_operator --kubeconfig=$(KUBECONFIG_LOCAL) $(OPERATOR_ARGS)
+
+.PHONY: operator-unit
+operator-unit: venv ## Unit tests of the operator: builders, decision function, status, layering (no cluster).
+	$(PYTEST) tests/unit/operator -q
+
+.PHONY: operator-test
+operator-test: setup ## Operator tests on the local cluster with real kopf and Spark (starts the cluster if needed; ~10 min).
+	$(PYTEST) tests/operator -q
+
+.PHONY: bench-operator
+bench-operator: setup ## Benchmark the operator (relaunch latency; 100 pipelines: CPU, memory, reconcile latency) into bench/results/.
+	$(PY) bench/operator/run.py $(BENCH_ARGS)
+## ---- end of operator ----------------------------------------------------------------------
