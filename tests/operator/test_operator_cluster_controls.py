@@ -64,3 +64,44 @@ def test_delete_with_retain_keeps_the_state_and_recreating_resumes_from_it(ns: N
     assert status["driver"]["epoch"] == 2 and status["restarts"]["total"] == 0 and "lastFailure" not in status
     reasons = ns.event_reasons("wordcount")
     assert "StaleEpoch" in reasons and "Resumed" in reasons, reasons
+
+
+def test_state_in_s3_with_credentials_from_a_secret_is_deleted_with_ondelete_delete(
+        ns: Namespace, operator: Operator) -> None:
+    import boto3
+    from kubernetes import client
+
+    s3 = boto3.client("s3", endpoint_url=ns.cluster.s3_endpoint, region_name="us-east-1",
+                      aws_access_key_id="localcluster", aws_secret_access_key="localcluster-secret")
+    bucket = f"ppl-{ns.name[-5:]}"
+    s3.create_bucket(Bucket=bucket)
+    ns.core.create_namespaced_secret(ns.name, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s3-creds"),
+        string_data={"AWS_ACCESS_KEY_ID": "localcluster", "AWS_SECRET_ACCESS_KEY": "localcluster-secret"}))
+    data = ns.folder("data")
+    write_words(data, "a.csv", ["nut", "oat", "nut"])
+    manifest = wordcount()
+    manifest["spec"]["persistence"] = {
+        "snapshotIntervalSeconds": 5, "onDelete": "Delete",
+        "s3": {"bucket": bucket, "endpoint": ns.cluster.s3_endpoint, "region": "us-east-1",
+               "credentialsSecret": {"name": "s3-creds"}}}
+    ns.apply(manifest)
+
+    driver = eventually("the driver", lambda: ns.driver("wordcount", running=False), timeout=60)
+    env = {e.name: e for e in driver.spec.containers[0].env}
+    assert env["AWS_SECRET_ACCESS_KEY"].value is None
+    assert env["AWS_SECRET_ACCESS_KEY"].value_from.secret_key_ref.name == "s3-creds"
+    assert env["SPARK_APP_METADATA_URI"].value == f"s3://{bucket}/{ns.name}/wordcount"
+    eventually("a.csv counted", lambda: replay(data / "result.jsonlines") == {"nut": 2, "oat": 1})
+
+    def stored() -> list[str]:
+        return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{ns.name}/wordcount/").get("Contents", [])]
+
+    assert any("/log/" in key for key in stored())
+    ns.delete("wordcount")
+    eventually("the pipeline deleted after its state", lambda: ns.pipeline("wordcount") is None, timeout=180)
+    # Hadoop's empty directory markers ("…/", no data) survive `spark_app reset`: its
+    # S3Storage.delete_prefix drops their trailing slash (reported to spark_app).
+    assert [key for key in stored() if not key.endswith("/")] == []
+    reasons = ns.event_reasons("wordcount")
+    assert "StateCleanup" in reasons and "StateDeleted" in reasons, reasons
