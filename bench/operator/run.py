@@ -160,18 +160,25 @@ def summary(values: list[float]) -> dict[str, float]:
             "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3), "max": round(ordered[-1], 3)}
 
 
-def histogram_quantiles(text: str, name: str) -> dict[str, float]:
-    """p50/p90/p99 (upper bucket bounds) and the mean of a Prometheus histogram."""
-    buckets, total, count = [], 0.0, 0.0
+def histogram(text: str, name: str) -> dict[str, float]:
+    """A Prometheus histogram's cumulative buckets (by upper bound), with _sum and _count."""
+    values: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(f"{name}_bucket"):
-            bound = line.split('le="')[1].split('"')[0]
-            buckets.append((float("inf") if bound == "+Inf" else float(bound), float(line.rsplit(" ", 1)[1])))
-        elif line.startswith(f"{name}_sum"):
-            total = float(line.rsplit(" ", 1)[1])
-        elif line.startswith(f"{name}_count"):
-            count = float(line.rsplit(" ", 1)[1])
-    result = {"count": count, "mean_ms": round(1000 * total / count, 2) if count else 0.0}
+            values[line.split('le="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith((f"{name}_sum", f"{name}_count")):
+            values[line.split(" ")[0].rsplit("_", 1)[1]] = float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def latency(after: dict[str, float], before: dict[str, float] | None = None) -> dict[str, float]:
+    """Mean and p50/p90/p99 (as the upper bound of their bucket) of the observations
+    between two scrapes of the histogram."""
+    delta = {k: v - (before or {}).get(k, 0.0) for k, v in after.items()}
+    count = delta.get("count", 0.0)
+    buckets = sorted(((float("inf") if k == "+Inf" else float(k)), v) for k, v in delta.items()
+                     if k not in ("sum", "count"))
+    result = {"count": count, "mean_ms": round(1000 * delta.get("sum", 0.0) / count, 2) if count else 0.0}
     for q in (0.5, 0.9, 0.99):
         bound = next((b for b, c in buckets if c >= q * count), float("inf"))
         result[f"p{int(q * 100)}_ms_at_most"] = bound * 1000
@@ -224,6 +231,8 @@ def scale(custom: client.CustomObjectsApi, namespace: str, operator: OperatorPro
             "operator_cpu_percent_of_one_core": round(100 * (cpu1 - cpu0) / (all_running - started), 1),
             "operator_rss_mib": round(operator.rss_mib(), 1)}
     time.sleep(5)
+    name = "persistent_pipeline_reconcile_seconds"
+    ramp_histogram = histogram(operator.metrics() or "", name)
     cpu2, rest_start = operator.cpu_seconds(), time.time()
     rss = []
     while time.time() - rest_start < rest_seconds:
@@ -232,13 +241,15 @@ def scale(custom: client.CustomObjectsApi, namespace: str, operator: OperatorPro
     cpu3 = operator.cpu_seconds()
     rest = {"seconds": rest_seconds, "operator_cpu_percent_of_one_core": round(100 * (cpu3 - cpu2) / rest_seconds, 1),
             "operator_rss_mib_max": round(max(rss), 1), "operator_threads": operator.threads()}
-    latency = histogram_quantiles(operator.metrics() or "", "persistent_pipeline_reconcile_seconds")
+    rest_histogram = histogram(operator.metrics() or "", name)
     deleted_at = time.time()
     for name in names:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
     wait("every pipeline deleted (graceful stop, finalizer)", lambda: not custom.list_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL)["items"], 600, every=1)
-    return {"pipelines": count, "ramp_up": ramp, "at_rest": rest, "reconcile_latency": latency,
+    return {"pipelines": count, "ramp_up": ramp, "at_rest": rest,
+            "reconcile_latency": {"ramp_up": latency(ramp_histogram),
+                                  "at_rest": latency(rest_histogram, ramp_histogram)},
             "delete_all_s": round(time.time() - deleted_at, 2)}
 
 

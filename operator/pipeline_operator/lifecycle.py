@@ -30,7 +30,7 @@ from pipeline_operator.memory import (
     bounded_queries,
     truncate,
 )
-from pipeline_operator.observe import DriverPod
+from pipeline_operator.observe import DriverPod, format_time
 from pipeline_operator.policy import Health, RootRefused, assess, backoff_delay, state_root
 from pipeline_operator.spec import PipelineSpec, RestartPolicy
 from spark_app import contract
@@ -48,6 +48,7 @@ class Tunables:
     poll_seconds: float = 2.0
     recheck_seconds: float = 30.0
     report_stale_after_seconds: float = 60.0
+    checkpoint_refresh_seconds: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -288,8 +289,9 @@ def _no_driver(o: Observed, spec: PipelineSpec, m: Memory, t: Tunables) -> Decis
     fixed = failure is not None and failure.generation != o.generation  # a spec change cuts the backoff
     if m.next_launch_at is not None and o.now < m.next_launch_at and not fixed:
         delay = m.next_launch_at - o.now
-        return _step(o, m, "Restarting", f"relaunching in {delay:.0f}s after {m.next_launch_reason}",
-                     requeue=delay, degraded=(failure.reason, failure.message) if failure else None)
+        # The message names the moment, not the time left, so the status is not rewritten at every look.
+        return _step(o, m, "Restarting", f"relaunching at {format_time(m.next_launch_at)} after "
+                                         f"{m.next_launch_reason} (backoff)", requeue=delay, degraded=(failure.reason, failure.message) if failure else None)
     return _launch(o, spec, m, root.uri, root.stateless_generation, t)
 
 
@@ -366,7 +368,7 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
     if fresh and report.state == "running" and m.announced_epoch < d.epoch:  # type: ignore[union-attr]
         events_list.append(_announce(d, m))
         m = replace(m, announced_epoch=d.epoch)
-    if fresh and report.queries:  # type: ignore[union-attr]
+    if fresh and report.queries and _checkpoint_due(m.checkpoint, d.epoch, report.last_commit_ms, t):  # type: ignore[union-attr]
         last = report.last_commit_ms  # type: ignore[union-attr]
         m = replace(m, checkpoint=Checkpoint(time=last / 1000 if last else None, epoch=d.epoch,
                                              queries=bounded_queries(report.queries)))  # type: ignore[union-attr]
@@ -391,6 +393,14 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
                  progressing=progressing)
 
 
+def _checkpoint_due(known: Checkpoint | None, epoch: int, last_commit_ms: int | None, t: Tunables) -> bool:
+    """A busy driver commits every batch; the status follows at most every
+    checkpoint_refresh_seconds, so that it is not rewritten at every commit."""
+    if known is None or known.epoch != epoch or known.time is None or last_commit_ms is None:
+        return True
+    return last_commit_ms / 1000 - known.time >= t.checkpoint_refresh_seconds
+
+
 def _announce(d: DriverPod, m: Memory) -> Event:
     report = d.report
     assert report is not None
@@ -401,7 +411,7 @@ def _announce(d: DriverPod, m: Memory) -> Event:
     source = m.checkpoint if m.checkpoint is not None and m.checkpoint.epoch < d.epoch else None
     where = source.describe() if source else Checkpoint(None, d.epoch, report.queries).describe()
     return _normal("Resumed", f"driver epoch {d.epoch} resumed the state of epoch {report.stored_epoch} "
-                              f"from checkpoint: {where}")
+                              f"from checkpoint: {where} (the last the operator saw)")
 
 
 def _stuck(d: DriverPod, spec: PipelineSpec, now: float) -> tuple[str, str] | None:

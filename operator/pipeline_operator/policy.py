@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 
 from pipeline_operator.memory import Memory
-from pipeline_operator.observe import DriverPod
+from pipeline_operator.observe import DriverPod, format_time
 from pipeline_operator.spec import PipelineSpec, RestartPolicy
 
 
@@ -100,7 +100,8 @@ def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: f
         return Health("False", "NoRecentCommit", message, "NoRecentCommit", message)
     age = now - report.reported_at
     if age > report_stale_after and not report.idle:
-        message = f"the driver has not reported for {age:.0f}s while it had work to do"
+        message = (f"the driver's last report ({format_time(report.reported_at)}) is over "
+                   f"{report_stale_after:.0f}s old, and it had work to do then")
         return Health("Unknown", "DriverReportStale", message, "DriverReportStale", message)
     if report.idle:
         return Health("True", "Idle", "all available input is committed")

@@ -41,6 +41,8 @@ class Settings:
     report_stale_after_seconds: float = 60.0
     """A driver whose report is older than this while it has work to do is Degraded (it
     reports every ~5 s while anything changes)."""
+    checkpoint_refresh_seconds: float = 5.0
+    """The status's checkpoint follows a busy driver's commits at most this often."""
     api_threads: int = 8
     """Threads making blocking API calls for all pipelines together."""
     log_format: str = "plain"
@@ -50,7 +52,8 @@ class Settings:
     def tunables(self) -> Tunables:
         return Tunables(resync_seconds=self.resync_seconds, poll_seconds=self.poll_seconds,
                         recheck_seconds=self.recheck_seconds,
-                        report_stale_after_seconds=self.report_stale_after_seconds)
+                        report_stale_after_seconds=self.report_stale_after_seconds,
+                        checkpoint_refresh_seconds=self.checkpoint_refresh_seconds)
 
     @property
     def liveness_endpoint(self) -> str:

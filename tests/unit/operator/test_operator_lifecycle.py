@@ -123,6 +123,21 @@ def test_the_checkpoint_in_memory_is_bounded() -> None:
     assert all(set(q.iterate) == {"truncated"} for q in checkpoint.queries.values())
 
 
+def test_the_checkpoint_follows_a_busy_driver_at_most_every_refresh_interval() -> None:
+    memory = launched(S, driver_uid="pod-1", announced_epoch=1)
+    first = decide(S, memory, driver=driver(S, report=report(q=QueryReport(batch=1, commit_time_ms=int(NOW * 1000)))))
+    soon = QueryReport(batch=2, commit_time_ms=int((NOW + 2) * 1000))
+    assert decide(S, first.memory, driver=driver(S, report=report(q=soon))).memory.checkpoint == first.memory.checkpoint
+    later = QueryReport(batch=7, commit_time_ms=int((NOW + TUNABLES.checkpoint_refresh_seconds) * 1000))
+    updated = decide(S, first.memory, driver=driver(S, report=report(q=later))).memory.checkpoint
+    assert updated is not None and updated.queries["q"].batch == 7
+
+
+def test_waiting_out_a_backoff_does_not_change_the_status_at_every_look() -> None:
+    failed = decide(S, launched(S, driver_uid="pod-1"), driver=ended(S, 1)).memory
+    assert decide(S, failed, now=NOW + 1).memory == decide(S, failed, now=NOW + 3).memory
+
+
 def test_no_commit_while_input_waits_for_longer_than_the_window_is_degraded_then_recovers() -> None:
     window = S.persistence.degraded_after_seconds
     late = QueryReport(batch=3, commit_time_ms=int((NOW - window - 1) * 1000), backlog=True)
