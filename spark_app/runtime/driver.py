@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,7 +131,8 @@ class Driver:
         snapshots = config.snapshot_storage.storage()
         snapshots.check_writable()
         spark = self._pipeline.spark()
-        apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf))
+        apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf),
+                           requested=config.spark_conf)
         holder = Holder.this_process(config.pipeline or os.path.basename(os.environ.get("SPARK_APP_PIPELINE_FILE", "")))
         self._reporter = PodReporter.from_env()
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,
@@ -462,8 +464,9 @@ class BatchHandler:
         return counters
 
 
-def apply_runtime_conf(spark: SparkSession, conf: dict[str, str]) -> None:
-    """Applies what can still change after the session started; warns about the rest."""
+def apply_runtime_conf(spark: SparkSession, conf: dict[str, str], requested: Mapping[str, str]) -> None:
+    """Applies what can still change after the session started; warns about what the user
+    ``requested`` but cannot take effect any more."""
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     started = dict(spark.sparkContext.getConf().getAll())
     for key, value in conf.items():
@@ -471,7 +474,7 @@ def apply_runtime_conf(spark: SparkSession, conf: dict[str, str]) -> None:
             hadoop.set(key.removeprefix("spark.hadoop."), value)
         elif key.startswith("spark.sql.") and spark.conf.get(key, None) != value and spark.conf.isModifiable(key):
             spark.conf.set(key, value)
-        elif started.get(key, value) != value and key != "spark.app.name":
+        elif key in requested and started.get(key, value) != value:
             log.warning("Spark setting %s=%s takes effect only when set before the first source is read "
                         "(e.g. in %s); the session runs with %s", key, value, contract.SPARK_CONF, started[key])
 

@@ -1,8 +1,12 @@
 """The durable order in which a file source admitted its input files.
 
 Spark's offset for a file source is just a count: "the first N files of the index".
-The index is a chain of segments in snapshot storage, each created put-if-absent:
-``sources/<persistent_id>/files/<end>.json`` holds the files numbered ``start..end-1``.
+The index is a chain of segments in snapshot storage, each created put-if-absent and
+named by the first file number it holds: ``sources/<persistent_id>/files/<start>.json``
+holds the files numbered ``start..start+n-1``. Naming segments by their start is what makes
+concurrent writers (several queries reading one source, or a driver being fenced) agree:
+of two writers appending at the same position exactly one succeeds, and the other
+reloads the chain and admits what is still new after it.
 Files are named relative to the source's root, so the source may move to another
 path (or another volume) without its files being read again.
 
@@ -60,7 +64,7 @@ class FileIndex:
                 return len(self._files)
             start, end = len(self._files), len(self._files) + len(new)
             body = {"start": start, "files": [[f.path, f.size, f.mtime_ms] for f in new]}
-            if self._storage.create(self._segment_key(end), json.dumps(body).encode()):
+            if self._storage.create(self._segment_key(start), json.dumps(body).encode()):
                 self._extend(new)
                 self._segments += 1
                 if self._segments >= COMPACT_AFTER:
@@ -75,8 +79,8 @@ class FileIndex:
         segments = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and not m.group(1))
         if bases:
             self._apply(bases[-1][1], expected_start=0)
-        for end, key in segments:
-            if end <= len(self._files):
+        for start, key in segments:
+            if start < len(self._files):
                 continue  # already inside the base
             self._apply(key, expected_start=len(self._files))
             self._segments += 1
@@ -103,13 +107,12 @@ class FileIndex:
             match = _SEGMENT.search(key)
             if match is None:
                 continue
-            is_base, covered_end = bool(match.group(1)), int(match.group(2))
-            if covered_end < end or (covered_end == end and not is_base):
+            if int(match.group(2)) < end:  # older bases, and segments inside the new base
                 self._storage.delete(key)
         self._segments = 0
 
-    def _segment_key(self, end: int) -> str:
-        return join(self._prefix, f"{end:012d}.json")
+    def _segment_key(self, start: int) -> str:
+        return join(self._prefix, f"{start:012d}.json")
 
     def _ensure_loaded(self) -> None:
         if not self._loaded:

@@ -37,7 +37,13 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(fs_workspace: Worksp
     done = threading.Event()
     feeder = threading.Thread(target=feed, args=(fs_workspace, seed, done), daemon=True)
     kills = 0
-    driver = fs_workspace.driver().start()
+    epochs = iter(range(1, 1000))
+
+    def next_driver(*extra: str):  # type: ignore[no-untyped-def]
+        # Each relaunch carries a higher epoch, as the operator's do.
+        return fs_workspace.driver(*extra, env={"SPARK_APP_EPOCH": str(next(epochs))}).start()
+
+    driver = next_driver()
     driver.wait_for_log("pipeline running")
     feeder.start()
     while not done.is_set() or kills < 2:
@@ -46,13 +52,13 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(fs_workspace: Worksp
         time.sleep(chaos.uniform(0.5, 6.0))
         driver.kill()
         kills += 1
-        driver = fs_workspace.driver().start()
+        driver = next_driver()
         if chaos.random() < 0.3:
             time.sleep(chaos.uniform(0, 3))  # sometimes kill it again before it is even up
             continue
         driver.wait_for_log("pipeline running")
     driver.kill()
-    final = fs_workspace.driver("--stop-when-idle").start()
+    final = next_driver("--stop-when-idle")
     assert final.wait() == 0, final.output()[-3000:]
 
     counts = read_changelog(fs_workspace.out / "counts.jsonlines")

@@ -58,3 +58,10 @@ def test_health_windows_follow_the_spec() -> None:
     never = QueryReport(backlog=True)
     assert assess(s, driver(s, started_at=NOW - 11, report=report(q=never)), NOW, 60).degraded_reason == "NoRecentCommit"
     assert assess(s, driver(s, started_at=NOW - 5, report=report(q=never)), NOW, 60).degraded_reason == ""
+
+
+def test_a_starting_driver_has_no_checkpoint_health_yet() -> None:
+    s = spec()
+    health = assess(s, driver(s, report=report(state="starting")), NOW, 60)
+    assert (health.checkpoint_status, health.checkpoint_reason, health.degraded_reason) == (
+        "Unknown", "DriverStarting", "")

@@ -27,6 +27,17 @@ def test_a_second_index_writer_sees_the_first_ones_files(storage: Storage) -> No
     assert [f.path for f in second.files(0, 2)] == ["a.csv", "b.csv"]
 
 
+def test_a_stale_writer_cannot_fork_the_chain(storage: Storage) -> None:
+    # Two queries read one source: each admits through its own index, loaded at different times.
+    first, second = FileIndex(storage, "src"), FileIndex(storage, "src")
+    first.admit([entry("a.csv", 1)])
+    second.admit([entry("a.csv", 1), entry("b.csv", 2), entry("c.csv", 3)])
+    assert first.admit([entry("a.csv", 1), entry("d.csv", 4)]) == 4  # stale: it never saw b and c
+    expected = ["a.csv", "b.csv", "c.csv", "d.csv"]
+    assert [f.path for f in FileIndex(storage, "src").files(0, 4)] == expected
+    assert [f.path for f in second.files(0, 4)] == expected
+
+
 def test_compaction_keeps_every_file(storage: Storage, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(file_index, "COMPACT_AFTER", 3)
     index = FileIndex(storage, "src")
