@@ -87,6 +87,8 @@ def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: f
         return Health("Unknown", "NoDriverReport",
                       "the driver has not reported its progress yet (its service account needs "
                       "permission to patch its own pod)")
+    if report.state == "starting":
+        return Health("Unknown", "DriverStarting", "the driver is opening its state and starting its queries")
     window = spec.persistence.degraded_after_seconds
     started = pod.started_at or pod.created_at
     late = sorted(
