@@ -36,15 +36,11 @@ class Driver:
         env.setdefault(
             "SPARK_APP_SPARK_CONF", json.dumps({"spark.ui.enabled": "false", "spark.master": "local[2]"})
         )
-        self._log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "spark_app", "run", *self.args],
-            cwd=REPO,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "spark_app", "run", *self.args],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )
         return self
 
     def wait(self, timeout: float = 240) -> int:
