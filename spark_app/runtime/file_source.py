@@ -10,6 +10,7 @@ one object per input file, so that re-reading a file rewrites the same dead lett
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -78,6 +79,9 @@ class FileSource(DataSource):  # type: ignore[misc]
 
 class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        # Runs in a Python process of Spark's: its storage retries should be logged like the driver's.
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         context = read_context(options["context"])
         self._pid = options["persistent_id"]
         self._parallelism = max(1, int(options.get("parallelism", "2")))

@@ -46,3 +46,44 @@ def test_sigterm_commits_and_exits_zero_within_the_grace_period(fs_workspace: Wo
     assert again.wait() == 0
     assert "taking over" not in again.output()  # the lease was released, not left to expire
     assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
+
+
+def test_a_storage_outage_mid_run_is_ridden_out_and_the_output_stays_exact(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    from tests.support.s3 import TEST_CREDENTIALS
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                 aws_access_key_id=TEST_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=TEST_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket="outage")
+    workspace = Workspace(tmp_path, "s3://outage/p", endpoint)
+    write_csv(workspace.inputs, "part-0.csv", "word,n", rows(0))
+    driver = workspace.driver(env=TEST_CREDENTIALS).start()
+    try:
+        driver.wait_for_log("committed batch")
+        server.stop()
+        for f in range(1, 4):
+            write_csv(workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+        time.sleep(15)  # the storage is down: the driver retries with backoff
+        assert driver.process.poll() is None, driver.output()[-3000:]  # type: ignore[union-attr]
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        driver.wait_for_log("words: 4 files", timeout=240)
+        driver.terminate()
+        assert driver.wait(60) == 0
+    finally:
+        driver.kill()
+        server.stop()
+    # S3A's retries inside the stalled batch, spark_app's storage retries and, for longer
+    # outages, restarts of the query from its last commit all resume without loss.
+    assert fold(read_changelog(workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
