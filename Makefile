@@ -99,3 +99,34 @@ operator-test: setup ## Operator tests on the local cluster with real kopf and S
 bench-operator: setup ## Benchmark the operator (relaunch latency; 100 pipelines: CPU, memory, reconcile latency) into bench/results/.
 	$(PY) bench/operator/run.py $(BENCH_ARGS)
 ## ---- end of operator ----------------------------------------------------------------------
+
+## ---- tests ----------------------------------------------------------------------------
+# `make test` is what CI runs (.ci/run). Each suite starts the servers it needs (the local
+# cluster, the S3 server) and stops what it started.
+PYTEST_ARGS ?=
+
+.PHONY: test
+test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real Spark, filesystem and S3), operator, end to end.
+	@echo ">>> lint"
+	@$(MAKE) lint
+	@echo ">>> unit tests"
+	$(PYTEST) tests/unit -q $(PYTEST_ARGS)
+	@echo ">>> local control plane"
+	$(PYTEST) tests/cluster -q $(PYTEST_ARGS)
+	@echo ">>> spark_app on real Spark (filesystem and S3 backends)"
+	$(PYTEST) tests/integration -q $(PYTEST_ARGS)
+	@echo ">>> operator on the local cluster"
+	$(PYTEST) tests/operator -q $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
+	$(PYTEST) tests/unit -q $(PYTEST_ARGS)
+
+.PHONY: test-chaos
+test-chaos: setup ## kill -9 the driver at random moments, CHAOS_ROUNDS times (default 25); the output must stay exact.
+	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(PYTEST) tests/integration/spark_app/test_crash.py -q $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: venv ## ruff and the import-layering contracts of pyproject.toml.
+	.venv/bin/ruff check .
+	.venv/bin/lint-imports
