@@ -11,7 +11,7 @@
 
 The drivers are stand-ins (the spark-app image with a shell command through the pod
 template): the figures are the operator's and the control plane's, not Spark's start.
-Results go to bench/results/operator-<time>.json.
+Results go to bench/results/operator-<time>.json, the operator's log to .cache/bench/.
 """
 
 from __future__ import annotations
@@ -280,7 +280,9 @@ def main() -> int:
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
     options.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    operator = OperatorProcess(info.kubeconfig, namespace, options.out / f"operator-{stamp}.log")
+    logs = ROOT / ".cache" / "bench"
+    logs.mkdir(parents=True, exist_ok=True)
+    operator = OperatorProcess(info.kubeconfig, namespace, logs / f"operator-{stamp}.log")
     pods = PodWatch(core, namespace)
     results: dict[str, Any] = {
         "when": stamp, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
