@@ -62,6 +62,13 @@ def spark_conf(spec: PipelineSpec, epoch: int) -> dict[str, str]:
     conf["spark.executor.memory"] = execution.executors.memory
     if spec.driver.service_account_name:
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = spec.driver.service_account_name
+    backend = spec.persistence.backend
+    if isinstance(backend, FilesystemBackend):
+        # Executors write the state stores under the checkpoint: they need the claim too, at
+        # the same path (on a multi-node cluster it must then be ReadWriteMany).
+        volume = f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{STATE_VOLUME}"
+        conf[f"{volume}.options.claimName"] = backend.claim_name
+        conf[f"{volume}.mount.path"] = names.STATE_MOUNT_PATH
     return conf
 
 

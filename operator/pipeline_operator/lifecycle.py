@@ -361,13 +361,14 @@ def _failed(o: Observed, m: Memory, failure: Failure, policy: RestartPolicy, act
 
 def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunables, events: tuple[Event, ...],
              progressing: Condition | None = None) -> Decision:
-    health = assess(spec, d, o.now, t.report_stale_after_seconds)
     report = d.report
     fresh = report is not None and report.epoch == d.epoch
     events_list = list(events)
     if fresh and report.state == "running" and m.announced_epoch < d.epoch:  # type: ignore[union-attr]
         events_list.append(_announce(d, m))
-        m = replace(m, announced_epoch=d.epoch)
+        m = replace(m, announced_epoch=d.epoch, running_since=o.now)
+    health = assess(spec, d, o.now, t.report_stale_after_seconds,
+                    m.running_since if m.announced_epoch == d.epoch else None)
     if fresh and report.queries and _checkpoint_due(m.checkpoint, d.epoch, report.last_commit_ms, t):  # type: ignore[union-attr]
         last = report.last_commit_ms  # type: ignore[union-attr]
         m = replace(m, checkpoint=Checkpoint(time=last / 1000 if last else None, epoch=d.epoch,

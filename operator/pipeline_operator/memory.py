@@ -101,6 +101,8 @@ class Memory:
     checkpoint: Checkpoint | None = None
     announced_epoch: int = 0
     """The epoch whose start (resumed or empty) has been announced with an Event."""
+    running_since: float | None = None
+    """When the operator first saw that epoch's driver report it is running."""
     announced_problem: str = ""
     """The last invalid-spec message announced, so that an Event is posted once per problem."""
     degraded: str = ""

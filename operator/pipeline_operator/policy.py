@@ -75,9 +75,14 @@ class Health:
     degraded_message: str = ""
 
 
-def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: float) -> Health:
+def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: float,
+           running_since: float | None = None) -> Health:
     """Degraded when input waits and nothing was committed for the spec's window, or when
     the driver stopped refreshing its report while it had work to do.
+
+    The window counts from the last commit, but not from before this driver started
+    running (``running_since``): starting Spark and catching up after a restart are not
+    a stall.
 
     The report is only rewritten when it changes (spark_app.runtime.reporting), so an
     idle driver's report ages without anything being wrong: staleness counts only when
@@ -90,10 +95,10 @@ def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: f
     if report.state == "starting":
         return Health("Unknown", "DriverStarting", "the driver is opening its state and starting its queries")
     window = spec.persistence.degraded_after_seconds
-    started = pod.started_at or pod.created_at
+    started = running_since or pod.started_at or pod.created_at
     late = sorted(
         name for name, q in report.queries.items()
-        if q.backlog and now - (q.commit_time_ms / 1000 if q.commit_time_ms else started) > window
+        if q.backlog and now - max(started, (q.commit_time_ms or 0) / 1000) > window
     )
     if late:
         message = (f"input is waiting but {', '.join(late)} committed nothing for over {window}s "

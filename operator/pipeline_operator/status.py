@@ -36,7 +36,8 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                         "statelessGeneration": m.stateless_generation, "appliedHash": m.applied_hash},
         "bookkeeping": {"endedUid": m.ended_uid, "epochFloor": m.epoch_floor, "stopping": m.stopping,
                         "announcedEpoch": m.announced_epoch, "announcedProblem": m.announced_problem,
-                        "degraded": m.degraded},
+                        "degraded": m.degraded,
+                        **({"runningSince": format_time(m.running_since)} if m.running_since else {})},
     }
     if m.last_failure:
         f = m.last_failure
@@ -94,6 +95,7 @@ def read_memory(status: Mapping[str, Any] | None) -> Memory:
         applied_hash=persistence.get("appliedHash", ""),
         checkpoint=_read_checkpoint(checkpoint) if checkpoint else None,
         announced_epoch=int(books.get("announcedEpoch") or 0),
+        running_since=parse_time(books["runningSince"]) if books.get("runningSince") else None,
         announced_problem=books.get("announcedProblem", ""),
         degraded=books.get("degraded", ""),
         conditions=tuple(Condition(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))

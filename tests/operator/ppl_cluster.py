@@ -49,6 +49,7 @@ class Namespace:
         self.cluster = cluster
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.rbac = client.RbacAuthorizationV1Api(api)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = [str(ROOT / ".cache" / "bin" / "kubectl"), f"--kubeconfig={self.cluster.kubeconfig}",

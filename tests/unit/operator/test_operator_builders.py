@@ -80,6 +80,8 @@ def test_a_kubernetes_mode_driver_reads_where_it_is_and_where_its_executors_go()
     assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "runner"
     assert conf["spark.kubernetes.executor.label.sparkapp.dev/pipeline"] == NAME
     assert conf["spark.ui.enabled"] == "false"
+    claim = "spark.kubernetes.executor.volumes.persistentVolumeClaim.state"
+    assert conf[f"{claim}.options.claimName"] == "state" and conf[f"{claim}.mount.path"] == "/var/lib/spark-app/state"
     ports = driver_pod(s)["spec"]["containers"][0]["ports"]
     assert [p["containerPort"] for p in ports] == [7078, 7079]
 

@@ -141,7 +141,7 @@ def test_waiting_out_a_backoff_does_not_change_the_status_at_every_look() -> Non
 def test_no_commit_while_input_waits_for_longer_than_the_window_is_degraded_then_recovers() -> None:
     window = S.persistence.degraded_after_seconds
     late = QueryReport(batch=3, commit_time_ms=int((NOW - window - 1) * 1000), backlog=True)
-    memory = launched(S, driver_uid="pod-1", announced_epoch=1)
+    memory = launched(S, driver_uid="pod-1", announced_epoch=1, running_since=NOW - 3600)
     d = decide(S, memory, driver=driver(S, report=report(counts=late)))
     assert condition(d, "Degraded") == ("True", "NoRecentCommit") and reasons(d) == ["Degraded"]
     assert condition(d, "CheckpointHealthy") == ("False", "NoRecentCommit") and d.memory.phase == "Running"
@@ -150,6 +150,18 @@ def test_no_commit_while_input_waits_for_longer_than_the_window_is_degraded_then
     healed = decide(S, d.memory, driver=driver(S, report=report(counts=caught_up)))
     assert condition(healed, "Degraded") == ("False", "Healthy") and reasons(healed) == ["Recovered"]
     assert condition(healed, "CheckpointHealthy") == ("True", "Committing")
+
+
+def test_the_window_starts_when_a_restarted_driver_runs_not_at_the_last_commit() -> None:
+    """Catching up after a restart is no stall, even if the last commit is old."""
+    old_commit = QueryReport(batch=3, commit_time_ms=int((NOW - 3600) * 1000), backlog=True)
+    memory = launched(S, epoch=2, driver_uid="pod-2", announced_epoch=1)
+    first = decide(S, memory, driver=driver(S, epoch=2, uid="pod-2", report=report(2, stored_epoch=1, q=old_commit)))
+    assert first.memory.running_since == NOW and condition(first, "Degraded") == ("False", "Healthy")
+    window = S.persistence.degraded_after_seconds
+    later = decide(S, first.memory, now=NOW + window + 1,
+                   driver=driver(S, epoch=2, uid="pod-2", report=report(2, stored_epoch=1, q=old_commit)))
+    assert condition(later, "Degraded") == ("True", "NoRecentCommit")
 
 
 def test_an_idle_stream_that_commits_nothing_is_healthy() -> None:

@@ -20,7 +20,7 @@ RICH_MEMORY = Memory(
     last_failure=Failure("Error", 1, "boom", NOW - 61.125, 2, "pod-2", 1), ended_uid="pod-2",
     next_launch_at=NOW + 12.5, next_launch_reason="Error", epoch_floor=7, halt=Halt("BackoffExhausted", 2, "n"),
     stopping="SpecChanged", state_root="pvc://state/team/wc", reset_nonce="r1", stateless_generation=2,
-    applied_hash="abc", announced_epoch=4, announced_problem="x", degraded="NoRecentCommit",
+    applied_hash="abc", announced_epoch=4, running_since=NOW - 30.5, announced_problem="x", degraded="NoRecentCommit",
     checkpoint=Checkpoint(time=NOW - 5.5, epoch=4, queries={
         "counts": QueryReport(batch=12, commit_time_ms=int((NOW - 5.5) * 1000), offsets={"words": {"files": 3}},
                               backlog=True, malformed=2, iterate={"step": 1}),

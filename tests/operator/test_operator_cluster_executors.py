@@ -1,0 +1,47 @@
+"""Spark-on-Kubernetes execution on the local control plane: the driver starts executor
+pods that it owns (they mount the state claim to write the state stores), and a killed
+driver takes its executors with it; the next epoch gets new ones and resumes."""
+
+from __future__ import annotations
+
+import pytest
+from ppl_cluster import DRIVER_RBAC, Namespace, Operator, eventually, replay, wordcount, write_words
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+# Spark's own needs in client mode: manage its executor pods (and their configmaps).
+EXECUTOR_RBAC = {
+    **DRIVER_RBAC[1], "metadata": {"name": "spark-app-driver"},
+    "rules": [{"apiGroups": [""], "resources": ["pods"],
+               "verbs": ["get", "list", "watch", "create", "delete", "deletecollection", "patch"]},
+              {"apiGroups": [""], "resources": ["services", "configmaps", "persistentvolumeclaims"],
+               "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"]}],
+}
+
+
+def executors(ns: Namespace) -> list[str]:
+    pods = ns.core.list_namespaced_pod(ns.name, label_selector="sparkapp.dev/role=executor").items
+    return [p.metadata.name for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+
+
+def test_executors_are_pods_of_the_driver_and_a_relaunch_replaces_them(ns: Namespace, operator: Operator) -> None:
+    ns.rbac.replace_namespaced_role("spark-app-driver", ns.name, EXECUTOR_RBAC)
+    data = ns.folder("data")
+    write_words(data, "a.csv", ["pear", "plum", "pear"])
+    manifest = wordcount(execution={"mode": "Kubernetes", "executors": {"instances": 1, "cores": 1, "memory": "512m"}})
+    manifest["spec"]["application"]["sparkConf"] = {  # executors read the input from the data claim too
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.options.claimName": "data",
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.mount.path": "/data"}
+    ns.apply(manifest)
+
+    first = eventually("an executor", lambda: executors(ns), timeout=180)
+    owner = ns.core.read_namespaced_pod(first[0], ns.name).metadata.owner_references[0]
+    assert (owner.kind, owner.name) == ("Pod", "wordcount-driver")
+    eventually("a.csv counted", lambda: replay(data / "result.jsonlines") == {"pear": 2, "plum": 1}, timeout=300)
+
+    write_words(data, "b.csv", ["plum"])
+    ns.kill_driver("wordcount")
+    eventually("the executors gone with their driver", lambda: first[0] not in executors(ns), timeout=120)
+    eventually("a new executor for epoch 2", lambda: ns.driver("wordcount", epoch=2) and
+               [e for e in executors(ns) if e not in first], timeout=240)
+    eventually("b.csv counted", lambda: replay(data / "result.jsonlines") == {"pear": 2, "plum": 2}, timeout=300)
