@@ -24,6 +24,11 @@ RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
 CONFLICT_RETRIES = 5
 
 
+def _OWN_PODS(value: str | None, **_: Any) -> bool:  # noqa: N802 - a kopf label filter
+    """Driver and cleanup pods; not Spark's executor pods, which carry the pipeline label too."""
+    return value in (names.ROLE_DRIVER, names.ROLE_CLEANUP)
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # The status belongs to the operator's own bookkeeping (written whole, with the
@@ -63,7 +68,7 @@ async def stop_and_release(namespace: str, name: str, memo: kopf.Memo, **_: Any)
                                   delay=_delay(memo, outcome))
 
 
-@kopf.on.event("", "v1", "pods", labels={names.LABEL_PIPELINE: kopf.PRESENT})
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_PIPELINE: kopf.PRESENT, names.LABEL_ROLE: _OWN_PODS})
 async def wake_on_pod_event(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     memo.wakeups.wake((namespace, labels[names.LABEL_PIPELINE]))
 
