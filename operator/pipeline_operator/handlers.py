@@ -24,7 +24,7 @@ RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
 CONFLICT_RETRIES = 5
 
 
-def _OWN_PODS(value: str | None, **_: Any) -> bool:  # noqa: N802 - a kopf label filter
+def _own_pods(value: str | None, **_: Any) -> bool:
     """Driver and cleanup pods; not Spark's executor pods, which carry the pipeline label too."""
     return value in (names.ROLE_DRIVER, names.ROLE_CLEANUP)
 
@@ -46,7 +46,7 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=10.0, backoff=5.0)
 async def keep_running(namespace: str, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
-                       logger: kopf.Logger, **_: Any) -> None:
+                       **_: Any) -> None:
     """Keeps one pipeline's driver as its spec says, until the resource is deleted."""
     key = (namespace, name)
     try:
@@ -68,7 +68,7 @@ async def stop_and_release(namespace: str, name: str, memo: kopf.Memo, **_: Any)
                                   delay=_delay(memo, outcome))
 
 
-@kopf.on.event("", "v1", "pods", labels={names.LABEL_PIPELINE: kopf.PRESENT, names.LABEL_ROLE: _OWN_PODS})
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_PIPELINE: kopf.PRESENT, names.LABEL_ROLE: _own_pods})
 async def wake_on_pod_event(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     memo.wakeups.wake((namespace, labels[names.LABEL_PIPELINE]))
 
