@@ -23,9 +23,11 @@ from spark_app import persistence
 
 if TYPE_CHECKING:
     from spark_app import io
-    from spark_app.api import run
+    from spark_app.api import iterate, run
+    from spark_app.runtime.iterate.declare import IterateResult
+    from spark_app.runtime.iterate.engine import Delta
 
-__all__ = ["io", "persistence", "run"]
+__all__ = ["Delta", "IterateResult", "io", "iterate", "persistence", "run"]
 
 
 def __getattr__(name: str) -> Any:
@@ -33,6 +35,10 @@ def __getattr__(name: str) -> Any:
     # layer without pyspark.
     if name == "io":
         return importlib.import_module("spark_app.io")
-    if name == "run":
-        return importlib.import_module("spark_app.api").run
+    if name in ("run", "iterate"):
+        return getattr(importlib.import_module("spark_app.api"), name)
+    if name == "Delta":
+        return importlib.import_module("spark_app.runtime.iterate.engine").Delta
+    if name == "IterateResult":
+        return importlib.import_module("spark_app.runtime.iterate.declare").IterateResult
     raise AttributeError(f"module 'spark_app' has no attribute {name!r}")

@@ -8,11 +8,18 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime.driver import Driver, RunOptions
 from spark_app.runtime.pipeline import current
+
+if TYPE_CHECKING:
+    from spark_app.runtime.iterate.declare import IterateResult
 
 
 def run(
@@ -38,6 +45,38 @@ def run(
     code = Driver(current(), config, options).run()
     if code != contract.EXIT_OK:
         sys.exit(code)
+
+
+def iterate(
+    step: Callable[..., Mapping[str, DataFrame]],
+    *,
+    persistent_id: str,
+    limit: int | None = None,
+    monotone: bool = False,
+    tolerance: float | None = None,
+    key: Mapping[str, list[str]] | None = None,
+    invalidate: Callable[..., Mapping[str, DataFrame]] | None = None,
+    version: str = "",
+    **tables: DataFrame,
+) -> IterateResult:
+    """A fixed point whose converged result survives restarts.
+
+    ``step(**tables)`` returns a dict with the next version of the iterated tables; the
+    other tables are its inputs. Iteration stops when no iterated table changes (or after
+    ``limit`` iterations). Tables may be streaming (each batch of changes updates the fixed
+    point; a ``diff`` column of -1 deletes a row) or static.
+
+    The stored result F is reused when that is provably correct and recomputed otherwise
+    (see spark_app/runtime/iterate/policy.py): declare ``monotone=True`` for inflationary
+    steps (min-label components, reachability, shortest paths), with an optional
+    ``invalidate(**results, deleted=..., **inputs)`` returning the rows of F that may
+    depend on deleted rows; or ``tolerance=...`` with ``key={table: [columns]}`` for
+    contractions (PageRank), whose output changes below the tolerance are not emitted.
+    Bump ``version`` when code the step calls changes meaning.
+    """
+    from spark_app.runtime.iterate.declare import declare
+
+    return declare(current(), step, persistent_id, limit, monotone, tolerance, key, invalidate, version, tables)
 
 
 def _config_from_env() -> Config:

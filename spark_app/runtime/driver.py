@@ -35,7 +35,7 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime.file_source import SourceOrderChanged, count_dead_letters
-from spark_app.runtime.outputs import Batch, DeltaOutput, OutputDamaged
+from spark_app.runtime.outputs import Batch, DeltaOutput, OutputDamaged, Written
 from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
@@ -138,7 +138,8 @@ class Driver:
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,
                                           requested_epoch=config.epoch)
         self.report()
-        _check_checkpoints(snapshots, self._session.heads)
+        streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
+        _check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         dead_letter = Backend.from_uri(
             config.dead_letter_uri or self._pipeline.default_dead_letter(),
             endpoint_url=config.snapshot_storage.endpoint_url, region=config.snapshot_storage.region,
@@ -149,17 +150,19 @@ class Driver:
             handler = BatchHandler(name, spec, self, snapshots, dead_letter)
             self._handlers[name] = handler
             self._start_query(name)
-            if number == 0 and len(self._pipeline.queries) > 1:
+            if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
                 self._wait_for_first_trigger(name)
         threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         self._state = "running"
-        log.info("pipeline running at epoch %d: %s", self._session.epoch,
-                 ", ".join(f"{n} -> {q.output.path}" for n, q in self._pipeline.queries.items()))
+        log.info("pipeline running at epoch %d: %s", self._session.epoch, ", ".join(
+            f"{o.name} -> {o.path}" for q in self._pipeline.queries.values() for o in q.sink.outputs()))
 
     def _start_query(self, name: str) -> None:
         spec = self._pipeline.queries[name]
         handler = self._handlers[name]
         handler.recover()
+        if spec.df is None:
+            return  # nothing streams into it: recover() did its one run
         query = (
             spec.df.writeStream.queryName(name)
             .outputMode(spec.facts.output_mode)
@@ -276,7 +279,7 @@ class Driver:
 
     def _close_outputs(self) -> None:
         for spec in self._pipeline.queries.values():
-            spec.output.close()
+            spec.sink.close()
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         previous: dict[int, Any] = {}
@@ -371,11 +374,18 @@ class BatchHandler:
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
 
     def recover(self) -> None:
+        """Aligns the sink with the last commit, then commits the sink's start-up work (an
+        iterate operator checking its stored fixed point) as its own record."""
         head = self._driver.session.heads.get(self._name)
-        output = self._spec.output
-        if isinstance(output, DeltaOutput):
-            output.bind(f"spark_app-{self._driver.session.state_id}-{self._name}")
-        output.recover(head.outputs.get(self._name) if head else None, self._snapshots)
+        sink = self._spec.sink
+        for output in sink.outputs():
+            if isinstance(output, DeltaOutput):
+                output.bind(f"spark_app-{self._driver.session.state_id}-{output.name}")
+        sink.recover(head, self._snapshots)
+        written = sink.start(int(time.time() * 1000))
+        if written is not None:
+            self._commit(written, head, head.batch if head else -1, int(time.time() * 1000),
+                         head.offsets if head else {}, kind="start")
 
     def committed_since(self, moment: float) -> bool:
         return self._last_commit > moment
@@ -404,37 +414,48 @@ class BatchHandler:
             return
         batch_time_ms, offsets = self._read_offsets(batch_id)
         session.check_not_fenced()
-        output = self._spec.output
-        output_head = output.write(Batch(batch_id, batch_time_ms, df))
+        try:
+            written = self._spec.sink.write(Batch(batch_id, batch_time_ms, df))
+        except BaseException:
+            self._spec.sink.aborted()
+            raise
+        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
+        log.info("query %s: committed batch %d (%s)", self._name, batch_id,
+                 ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
+        self._maybe_snapshot(new_head)
+
+    def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
+                offsets: dict[str, Any], kind: str = "commit") -> QueryHead:
         new_head = QueryHead(
             batch=batch_id,
             batch_time_ms=batch_time_ms,
             commit_time_ms=int(time.time() * 1000),
             offsets=offsets,
-            outputs={self._name: output_head},
-            sources=self._counters(head, offsets),
-            iterate=head.iterate if head else None,
+            outputs={**(head.outputs if head else {}), **written.outputs},
+            sources=self._counters(head, offsets) if kind == "commit" else (head.sources if head else {}),
+            iterate=written.iterate if written.iterate is not None else (head.iterate if head else None),
         )
         try:
-            self._driver.commit(self._name, new_head)
+            self._driver.commit(self._name, new_head, kind)
         except BaseException:
-            output.aborted()
+            self._spec.sink.aborted()
             raise
-        output.committed(output_head)
+        self._spec.sink.committed(written)
         self._last_commit = time.monotonic()
-        log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
-        self._maybe_snapshot(new_head)
+        return new_head
 
     def _maybe_snapshot(self, head: QueryHead) -> None:
         if time.monotonic() - self._last_snapshot < self._driver.snapshot_interval_s:
             return
         self._last_snapshot = time.monotonic()
-        output_head = head.outputs[self._name]
-        stored = self._spec.output.snapshot(output_head, head.batch, self._snapshots)
-        if stored is not None:
-            updated = QueryHead(**{**head.__dict__, "outputs": {self._name: stored}})
-            self._driver.commit(self._name, updated, kind="snapshot")
+        outputs = dict(head.outputs)
+        for output in self._spec.sink.outputs():
+            if output.name in outputs:
+                stored = output.snapshot(outputs[output.name], head.batch, self._snapshots)
+                if stored is not None:
+                    outputs[output.name] = stored
+        if outputs != head.outputs:
+            self._driver.commit(self._name, QueryHead(**{**head.__dict__, "outputs": outputs}), kind="snapshot")
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
         key = join("checkpoints", self._name, "offsets", str(batch_id))

@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from spark_app.runtime.output_state import OutputState
-from spark_app.state.records import OutputHead, OutputSnapshot
+from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead
 from spark_app.storage import NotFound, Storage, join
 
 log = logging.getLogger("spark_app")
@@ -40,6 +40,17 @@ class Batch:
     time_ms: int
     """The batch's logical time: Spark's batch timestamp, the same when the batch is replayed."""
     df: DataFrame
+    changelog: bool = False
+    """The rows already carry their ``diff`` (an upstream operator computed the changes)."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a batch wrote, to be committed: the outputs' new heads and, for an iterate
+    operator, its new stored state."""
+
+    outputs: dict[str, OutputHead]
+    iterate: dict[str, Any] | None = None
 
 
 class OutputDamaged(Exception):
@@ -72,6 +83,57 @@ class Output(ABC):
 
     def close(self) -> None:
         pass
+
+
+class Sink(ABC):
+    """What a query writes its batches to: one output, or an operator that feeds several
+    (see spark_app.runtime.iterate). The driver commits what ``write`` returns."""
+
+    @abstractmethod
+    def outputs(self) -> list[Output]:
+        """The outputs whose heads this sink's commits carry."""
+
+    @abstractmethod
+    def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
+        """Aligns with the query's last committed head (None: nothing committed yet)."""
+
+    @abstractmethod
+    def write(self, batch: Batch) -> Written:
+        """Writes a batch durably; publishes nothing until ``committed``."""
+
+    def start(self, batch_time_ms: int) -> Written | None:
+        """Work to commit before the first batch, if any (an iterate operator's check of
+        its stored fixed point after a restart)."""
+        return None
+
+    def committed(self, written: Written) -> None:
+        for output in self.outputs():
+            if output.name in written.outputs:
+                output.committed(written.outputs[output.name])
+
+    def aborted(self) -> None:
+        for output in self.outputs():
+            output.aborted()
+
+    def close(self) -> None:
+        for output in self.outputs():
+            output.close()
+
+
+class SingleSink(Sink):
+    """A query that feeds one output directly."""
+
+    def __init__(self, output: Output) -> None:
+        self.output = output
+
+    def outputs(self) -> list[Output]:
+        return [self.output]
+
+    def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
+        self.output.recover(head.outputs.get(self.output.name) if head else None, snapshots)
+
+    def write(self, batch: Batch) -> Written:
+        return Written({self.output.name: self.output.write(batch)})
 
 
 class JsonLinesOutput(Output):
@@ -119,7 +181,12 @@ class JsonLinesOutput(Output):
 
     def write(self, batch: Batch) -> OutputHead:
         rows = [_jsonable(row) for row in batch.df.toArrow().to_pylist()]
-        lines = self._changes(rows) if self._state is not None else [(row, 1) for row in rows]
+        if batch.changelog:
+            lines = [({k: v for k, v in row.items() if k != "diff"}, int(row["diff"])) for row in rows]
+        elif self._state is not None:
+            lines = self._changes(rows)
+        else:
+            lines = [(row, 1) for row in rows]
         encoded = b"".join(
             json.dumps({**row, "time": batch.time_ms, "diff": diff}, separators=(",", ":"), default=str).encode()
             + b"\n"

@@ -24,7 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime.file_source import FORMAT_NAME, FileSource, input_option
-from spark_app.runtime.outputs import RESERVED_COLUMNS, DeltaOutput, JsonLinesOutput, Output
+from spark_app.runtime.iterate.node import IterateSink, IterateSpec
+from spark_app.runtime.outputs import RESERVED_COLUMNS, DeltaOutput, JsonLinesOutput, Output, SingleSink, Sink
 from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.session import build_session, spark_conf
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
@@ -49,8 +50,11 @@ class SourceSpec:
 
 @dataclass
 class QuerySpec:
-    output: Output
-    df: DataFrame
+    """One Spark streaming query: its DataFrame and the sink its batches go to. An iterate
+    operator over static tables only has no DataFrame: it runs once at start-up."""
+
+    sink: Sink
+    df: DataFrame | None
     facts: PlanFacts
     sources: tuple[str, ...] = field(default_factory=tuple)
 
@@ -99,9 +103,17 @@ class Pipeline:
         self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend, df.schema.simpleString(), generated)
         return df
 
-    def add_output(self, kind: str, df: DataFrame, path: str, name: str | None,
+    def add_output(self, kind: str, df: DataFrame | IterateTable, path: str, name: str | None,
                    key: list[str] | None, **options: Any) -> Output:
         name = name or re.sub(r"[^A-Za-z0-9_]+", "_", os.path.basename(path.rstrip("/"))).strip("_") or kind
+        if name in self._output_names():
+            raise PipelineError(f"two outputs are named {name!r}; pass name='...' to tell them apart")
+        if isinstance(df, IterateTable):
+            if kind != "jsonlines":
+                raise PipelineError(f"output {name!r}: an iterate result can be written as JSON lines only")
+            output = JsonLinesOutput(name, path, None)
+            df.sink.attach(df.table, output)
+            return output
         if not df.isStreaming:
             raise PipelineError(f"output {name!r} is given a static DataFrame; outputs take the "
                                 "streaming DataFrames derived from spark_app sources")
@@ -122,10 +134,20 @@ class Pipeline:
             output = JsonLinesOutput(name, path, facts.key)
         else:
             output = DeltaOutput(name, path, facts.key, **options)
-        sources = tuple(dict.fromkeys(_RELATION_PID.findall(
-            "\n".join(n.simpleString(500) for n in _relations(df)))))
-        self.queries[name] = QuerySpec(output, df, facts, sources)
+        self.queries[name] = QuerySpec(SingleSink(output), df, facts, _source_ids(df))
         return output
+
+    def add_iterate(self, spec: IterateSpec, union: DataFrame | None) -> IterateSink:
+        if spec.persistent_id in self.queries or spec.persistent_id in self._output_names():
+            raise PipelineError(f"persistent_id {spec.persistent_id!r} is already used; give the iterate its own")
+        sink = IterateSink(spec, self.spark())
+        sources = _source_ids(union) if union is not None else ()
+        signature = (f"Iterate({spec.persistent_id})",)
+        self.queries[spec.persistent_id] = QuerySpec(sink, union, PlanFacts(signature, None), sources)
+        return sink
+
+    def _output_names(self) -> set[str]:
+        return {o.name for q in self.queries.values() for o in q.sink.outputs()}
 
     def manifest(self) -> Manifest:
         return Manifest(
@@ -142,8 +164,23 @@ class Pipeline:
         os.replace(self.context_path + ".tmp", self.context_path)
 
     def default_dead_letter(self) -> str:
-        first = next(iter(self.queries.values())).output
-        return first.path.rstrip("/") + ".dead-letter"
+        outputs = [o for q in self.queries.values() for o in q.sink.outputs()]
+        if not outputs:
+            raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
+        return outputs[0].path.rstrip("/") + ".dead-letter"
+
+
+@dataclass(frozen=True)
+class IterateTable:
+    """An iterated table's result, as outputs take it."""
+
+    sink: IterateSink
+    table: str
+
+
+def _source_ids(df: DataFrame) -> tuple[str, ...]:
+    """The persistent ids of a query's sources, in the order Spark numbers them."""
+    return tuple(dict.fromkeys(_RELATION_PID.findall("\n".join(n.simpleString(500) for n in _relations(df)))))
 
 
 def _relations(df: DataFrame) -> list[Any]:

@@ -67,6 +67,16 @@ def _state_prefixes(store: Storage, queries: dict[str, Any]) -> list[str]:
     return [f"checkpoints/{name}/state/" for name in queries]
 
 
+def describe_iterate(meta: dict[str, Any]) -> str:
+    runs = ", ".join(f"{mode} {count}" for mode, count in sorted(meta.get("runs", {}).items()))
+    when = "at restart" if meta.get("at_restart") else "on new input"
+    limit = "" if meta.get("converged") else " (stopped at the iteration limit)"
+    rows = ", ".join(f"{name}: {count} rows" for name, count in sorted(meta.get("rows", {}).items()))
+    return (f"iterate {meta.get('persistent_id')}: last run {meta.get('decision')} {when}, "
+            f"{meta.get('iterations')} iterations in {meta.get('seconds')}s{limit} ({meta.get('reason')}); "
+            f"{rows}; runs so far: {runs}")
+
+
 def render(report: dict[str, Any]) -> str:
     """A human-readable summary of ``inspect``'s report."""
     if not report["exists"]:
@@ -87,7 +97,7 @@ def render(report: dict[str, Any]) -> str:
             snap_text = f", snapshot at batch {snap['batch']}" if snap else ""
             lines.append(f"    position {head['position']}, {head['rows']} changelog rows{snap_text}")
         if query.get("iterate"):
-            lines.append(f"    iterate: {query['iterate']}")
+            lines.append("    " + describe_iterate(query["iterate"]))
     for key, value in report.get("sizes", {}).items():
         lines.append(f"  {key.replace('_', ' ')}: {value}")
     return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The iterate (fixed-point) operator: declaration, policy, engine, storage, sink."""

@@ -1,0 +1,305 @@
+"""The iterate operator as a sink: each batch of input changes updates the stored fixed
+point, and the outputs receive only the rows that changed.
+
+Per batch, inside the batch's commit: the changes of every input (and initial) table are
+appended to the tables' logs; ``policy.decide`` picks how to start; the fixed point is
+computed from that start; the new F is stored as a new Delta version; the difference
+between what the outputs were last given and the new F goes to the outputs; and the
+commit records the versions, the decision and the iteration count. After a restart the
+stored F is checked once (``start``): reused with zero iterations when nothing changed,
+recomputed when the step changed or the last run stopped at its limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from spark_app.runtime.iterate.engine import Convergence, Step, max_change, run_fixed_point
+from spark_app.runtime.iterate.policy import Change, Decision, Kind, Mode, Stored, decide
+from spark_app.runtime.iterate.store import DIFF, IterateStore
+from spark_app.runtime.outputs import Batch, Output, Sink, Written
+from spark_app.state.records import QueryHead
+from spark_app.storage import Storage
+
+log = logging.getLogger("spark_app.iterate")
+
+TABLE = "_table"
+ROW = "_row"
+
+
+@dataclass(frozen=True)
+class IterateSpec:
+    """Everything the user declared with ``spark_app.iterate``."""
+
+    persistent_id: str
+    step: Step
+    tables: Mapping[str, DataFrame]
+    """Every table passed: the iterated tables' initial contents and the step's inputs."""
+    iterated: tuple[str, ...]
+    schemas: Mapping[str, StructType]
+    """Schema of every table, and of the iterated tables' results."""
+    kind: Kind
+    limit: int | None
+    convergence: Convergence
+    invalidate: Callable[..., Mapping[str, DataFrame]] | None
+    fingerprint: str
+
+    @property
+    def streaming(self) -> tuple[str, ...]:
+        return tuple(name for name, df in self.tables.items() if df.isStreaming)
+
+
+@dataclass
+class _Cached:
+    """The committed state, kept in memory between batches so each batch reads only its changes."""
+
+    meta: dict[str, Any]
+    contents: dict[str, DataFrame] = field(default_factory=dict)
+    result: dict[str, DataFrame] = field(default_factory=dict)
+    emitted: dict[str, DataFrame] = field(default_factory=dict)
+
+
+class IterateSink(Sink):
+    def __init__(self, spec: IterateSpec, spark: SparkSession) -> None:
+        self.spec = spec
+        self._spark = spark
+        self.downstream: dict[str, list[Output]] = {name: [] for name in spec.iterated}
+        self._store: IterateStore | None = None
+        self._committed = _Cached(meta={})
+        self._pending: _Cached | None = None
+
+    # ---- wiring ------------------------------------------------------------------------
+
+    def attach(self, table: str, output: Output) -> None:
+        self.downstream[table].append(output)
+
+    def outputs(self) -> list[Output]:
+        return [o for outputs in self.downstream.values() for o in outputs]
+
+    def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
+        for output in self.outputs():
+            output.recover(head.outputs.get(output.name) if head else None, snapshots)
+        self._store = IterateStore(self._spark, snapshots, self.spec.persistent_id)
+        self._committed = _Cached(meta=dict(head.iterate or {}) if head else {})
+
+    # ---- the commit protocol -------------------------------------------------------------
+
+    def start(self, batch_time_ms: int) -> Written | None:
+        """After a restart: reuse F when nothing changed, recompute when it cannot be trusted.
+        Static (non-streaming) tables are compared with their stored contents here."""
+        static = [name for name in self.spec.tables if name not in self.spec.streaming]
+        if not self._committed.meta and not static:
+            return None  # nothing stored, nothing to compare: the first batch computes F
+        changes = {name: self._static_changes(name) for name in static}
+        return self._run(changes, batch_id=-1, batch_time_ms=batch_time_ms, restart=True)
+
+    def write(self, batch: Batch) -> Written:
+        df = batch.df.persist()
+        try:
+            changes = {name: self._decode(df, name) for name in self.spec.streaming}
+            return self._run(changes, batch.batch_id, batch.time_ms, restart=False)
+        finally:
+            df.unpersist()
+
+    def committed(self, written: Written) -> None:
+        super().committed(written)
+        if self._pending is not None:
+            self._committed = self._pending
+            self._pending = None
+
+    def aborted(self) -> None:
+        super().aborted()
+        self._pending = None
+
+    # ---- one run -----------------------------------------------------------------------
+
+    def _run(self, changes: Mapping[str, DataFrame], batch_id: int, batch_time_ms: int, restart: bool) -> Written:
+        assert self._store is not None
+        spec, store, meta = self.spec, self._store, self._committed.meta
+        versions: dict[str, Any] = {k: dict(v) for k, v in meta.get("versions", {"inputs": {}}).items()}
+        versions.setdefault("inputs", {})
+        previous = {name: self._contents(name) for name in spec.tables}
+        seq = int(meta.get("log_seq", 0)) + 1
+        inserted, deleted = {}, {}
+        for name, change in changes.items():
+            change = change.localCheckpoint(eager=True)
+            inserted[name] = change.where(F.col(DIFF) > 0).drop(DIFF)
+            deleted[name] = change.where(F.col(DIFF) < 0).drop(DIFF)
+            versions["inputs"][name] = store.append_changes(name, change, seq)
+        counted = Change(inserted=sum(df.count() for df in inserted.values()),
+                         deleted=sum(df.count() for df in deleted.values()))
+        counted_contents = {name: self._fold(previous[name], changes.get(name)) for name in spec.tables}
+        contents = {name: df.drop(DIFF) for name, df in counted_contents.items()}
+        stored = Stored(meta["fingerprint"], bool(meta["converged"])) if meta else None
+        decision = decide(stored, counted, spec.fingerprint, spec.kind, spec.invalidate is not None)
+        log.info("iterate %s: %s (%s)", spec.persistent_id, decision.mode.value, decision.reason)
+        inputs = {name: df for name, df in contents.items() if name not in spec.iterated}
+        result, iterations, converged, seconds = self._fixed_point(decision, contents, inputs, inserted, deleted)
+        for name, df in result.items():
+            versions.setdefault("result", {})[name] = store.write("result", name, df)
+        emitted, changelog = self._emit(result)
+        for name, df in emitted.items():
+            if spec.convergence.tolerance is not None:
+                versions.setdefault("emitted", {})[name] = store.write("emitted", name, df)
+        outputs = {}
+        for name, df in changelog.items():
+            for output in self.downstream[name]:
+                outputs[output.name] = output.write(Batch(batch_id, batch_time_ms, df, changelog=True))
+        new_meta = self._meta(meta, decision, iterations, converged, seconds, versions, result, restart)
+        new_meta["log_seq"] = seq
+        self._pending = _Cached(new_meta, counted_contents, result, emitted)
+        return Written(outputs, new_meta)
+
+    def _fixed_point(self, decision: Decision, contents: Mapping[str, DataFrame], inputs: Mapping[str, DataFrame],
+                     inserted: Mapping[str, DataFrame], deleted: Mapping[str, DataFrame],
+                     ) -> tuple[dict[str, DataFrame], int, bool, float]:
+        spec = self.spec
+        if decision.mode is Mode.REUSE:
+            return {n: self._result(n) for n in spec.iterated}, 0, True, 0.0
+        cold = decision.mode is Mode.COLD
+        if cold:
+            start = {n: contents[n] for n in spec.iterated}
+            fresh = {n: contents[n] for n in inputs}
+            changed = start
+        else:
+            start = {n: self._warm_start(n, contents[n], inserted.get(n), decision, deleted) for n in spec.iterated}
+            fresh = {n: inserted.get(n, contents[n].limit(0)) for n in inputs}
+            changed = start if decision.mode is Mode.PARTIAL or spec.kind is Kind.CONTRACTION else {
+                n: inserted.get(n, contents[n].limit(0)) for n in spec.iterated}
+        outcome = run_fixed_point(
+            spec.step, start, inputs, fresh, changed, spec.limit, spec.convergence, cold,
+            progress=lambda i: log.info("iterate %s: iteration %d", spec.persistent_id, i) if i % 10 == 0 else None,
+        )
+        if not outcome.converged:
+            log.warning("iterate %s stopped at its limit of %d iterations without converging; the result is "
+                        "stored but will not be trusted for a warm start", spec.persistent_id, spec.limit)
+        log.info("iterate %s: %d iterations in %.1fs", spec.persistent_id, outcome.iterations, outcome.seconds)
+        return outcome.tables, outcome.iterations, outcome.converged, outcome.seconds
+
+    def _warm_start(self, name: str, initial: DataFrame, inserted: DataFrame | None, decision: Decision,
+                    deleted: Mapping[str, DataFrame]) -> DataFrame:
+        stored = self._result(name)
+        if decision.mode is Mode.PARTIAL:
+            assert self.spec.invalidate is not None
+            reset = self.spec.invalidate(**{n: self._result(n) for n in self.spec.iterated},
+                                         deleted=deleted, **self._committed_inputs())
+            stored = stored.subtract(reset[name].select(*stored.columns)) if name in reset else stored
+            return stored.unionByName(initial)
+        if inserted is None:
+            return stored
+        key = self.spec.convergence.key.get(name)
+        if key and self.spec.convergence.tolerance is not None:
+            # A contraction keeps one row per key: new keys start from their initial row.
+            return stored.unionByName(inserted.join(stored.select(*key), on=list(key), how="left_anti"))
+        return stored.unionByName(inserted)
+
+    def _emit(self, result: Mapping[str, DataFrame]) -> tuple[dict[str, DataFrame], dict[str, DataFrame]]:
+        """What the outputs now hold, and the changelog (rows plus diff) that gets them there."""
+        emitted, changelog = {}, {}
+        for name, new in result.items():
+            old = self._emitted(name)
+            key = self.spec.convergence.key.get(name)
+            if self.spec.convergence.tolerance is not None and key:
+                new = _hold_small_changes(old, new, key, self.spec.convergence.tolerance)
+            new = new.localCheckpoint(eager=True)
+            emitted[name] = new
+            changelog[name] = (old.subtract(new).withColumn("diff", F.lit(-1))
+                               .unionByName(new.subtract(old).withColumn("diff", F.lit(1))))
+        return emitted, changelog
+
+    # ---- the committed state -------------------------------------------------------------
+
+    def _contents(self, name: str) -> DataFrame:
+        if name not in self._committed.contents:
+            version = self._committed.meta.get("versions", {}).get("inputs", {}).get(name)
+            assert self._store is not None
+            self._committed.contents[name] = self._store.read_contents(
+                name, version, self.spec.schemas[name]).localCheckpoint(eager=True)
+        return self._committed.contents[name]
+
+    def _committed_inputs(self) -> dict[str, DataFrame]:
+        return {n: self._contents(n).drop(DIFF) for n in self.spec.tables if n not in self.spec.iterated}
+
+    def _result(self, name: str) -> DataFrame:
+        if name not in self._committed.result:
+            self._committed.result[name] = self._read("result", name)
+        return self._committed.result[name]
+
+    def _emitted(self, name: str) -> DataFrame:
+        if self.spec.convergence.tolerance is None:
+            return self._result(name)
+        if name not in self._committed.emitted:
+            self._committed.emitted[name] = self._read("emitted", name)
+        return self._committed.emitted[name]
+
+    def _read(self, kind: str, name: str) -> DataFrame:
+        assert self._store is not None
+        version = self._committed.meta.get("versions", {}).get(kind, {}).get(name)
+        return self._store.read(kind, name, version, self.spec.schemas[f"result:{name}"]).localCheckpoint(eager=True)
+
+    def _fold(self, contents: DataFrame, change: DataFrame | None) -> DataFrame:
+        """Applies changes to contents, both with multiplicities in ``_diff``: a row deleted
+        once of two insertions stays."""
+        if change is None:
+            return contents
+        columns = [c for c in contents.columns if c != DIFF]
+        merged = contents.unionByName(change.select(*columns, F.col(DIFF).cast("int").alias(DIFF)))
+        return (merged.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) > 0)
+                .localCheckpoint(eager=True))
+
+    def _decode(self, df: DataFrame, name: str) -> DataFrame:
+        schema = self.spec.schemas[name]
+        return (df.where(F.col(TABLE) == name)
+                .select(F.from_json(ROW, schema).alias("r"), F.col(DIFF))
+                .select("r.*", DIFF))
+
+    def _static_changes(self, name: str) -> DataFrame:
+        """A static table's changes: its current rows against the stored contents."""
+        current = self.spec.tables[name].distinct()
+        stored = self._contents(name).drop(DIFF)
+        return (current.subtract(stored).withColumn(DIFF, F.lit(1))
+                .unionByName(stored.subtract(current).withColumn(DIFF, F.lit(-1))))
+
+    def _meta(self, previous: Mapping[str, Any], decision: Decision, iterations: int, converged: bool,
+              seconds: float, versions: dict[str, Any], result: Mapping[str, DataFrame], restart: bool,
+              ) -> dict[str, Any]:
+        runs = dict(previous.get("runs", {}))
+        runs[decision.mode.value] = runs.get(decision.mode.value, 0) + 1
+        return {
+            "persistent_id": self.spec.persistent_id,
+            "fingerprint": self.spec.fingerprint,
+            "converged": converged,
+            "decision": decision.mode.value,
+            "reason": decision.reason,
+            "iterations": iterations,
+            "seconds": round(seconds, 3),
+            "time_ms": int(time.time() * 1000),
+            "at_restart": restart,
+            "rows": {name: df.count() for name, df in result.items()},
+            "runs": runs,
+            "versions": versions,
+        }
+
+
+def _hold_small_changes(old: DataFrame, new: DataFrame, key: tuple[str, ...], tolerance: float) -> DataFrame:
+    """For a contraction: rows whose values moved by at most ``tolerance`` keep the value
+    last emitted, so that the outputs see no change below the tolerance."""
+    if old.isEmpty():
+        return new
+    values = [c for c in new.columns if c not in key]
+    joined = new.alias("n").join(old.alias("o"), on=list(key), how="left")
+    small = F.lit(True)
+    for value in values:
+        small = small & F.col(f"o.{value}").isNotNull() & (F.abs(F.col(f"n.{value}") - F.col(f"o.{value}")) <= tolerance)
+    return joined.select(*key, *[F.when(small, F.col(f"o.{v}")).otherwise(F.col(f"n.{v}")).alias(v) for v in values])
+
+
+__all__ = ["IterateSink", "IterateSpec", "max_change"]
