@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -298,6 +299,7 @@ def main() -> int:
         pods.stop()
         operator.stop()
         core.delete_namespace(namespace)
+        shutil.rmtree(ROOT / ".cache" / "cluster" / "pv" / namespace, ignore_errors=True)
         if started_here:
             cluster.down()
     path = options.out / f"operator-{stamp}.json"

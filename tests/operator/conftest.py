@@ -4,6 +4,7 @@ driver service account and claims, and the operator running as in production
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client, config
-from ppl_cluster import CRDS, DRIVER_RBAC, GROUP, PLURAL, VERSION, Namespace, Operator, claim
+from ppl_cluster import CRDS, DRIVER_RBAC, GROUP, PLURAL, PV_ROOT, VERSION, Namespace, Operator, claim
 
 from localcluster import ClusterInfo
 from localcluster.testing import wait_for
@@ -61,6 +62,7 @@ def ns(cluster: ClusterInfo, api: client.ApiClient, request: pytest.FixtureReque
         namespace.custom.patch_namespaced_custom_object(GROUP, VERSION, name, PLURAL, item["metadata"]["name"],
                                                         {"metadata": {"finalizers": None}})
     namespace.core.delete_namespace(name)
+    shutil.rmtree(PV_ROOT / name, ignore_errors=True)  # the claims' folders on this machine
 
 
 @pytest.fixture
