@@ -182,7 +182,9 @@ class JsonLinesOutput(Output):
     def write(self, batch: Batch) -> OutputHead:
         rows = [_jsonable(row) for row in batch.df.toArrow().to_pylist()]
         if batch.changelog:
-            lines = [({k: v for k, v in row.items() if k != "diff"}, int(row["diff"])) for row in rows]
+            # Retractions first, so that within a batch a row is removed before its update lands.
+            lines = sorted(([({k: v for k, v in row.items() if k != "diff"}, int(row["diff"])) for row in rows]),
+                           key=lambda line: line[1])
         elif self._state is not None:
             lines = self._changes(rows)
         else:

@@ -39,8 +39,10 @@ _DEFAULTS = {
     # (the snapshot interval) then decides how often one is actually uploaded.
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1",
     "spark.sql.streaming.minBatchesToRetain": "100",
-    "spark.sql.adaptive.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # Delta rebuilds a table's snapshot from its log with this many tasks (50 by default);
+    # the logs here are small, and 50 tasks cost seconds per read on a small driver.
+    "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
 }
 

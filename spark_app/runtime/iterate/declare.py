@@ -76,6 +76,7 @@ def declare(
         convergence=Convergence(tolerance, keys),
         invalidate=invalidate,
         fingerprint=fingerprint(step, parameters, {n: s.simpleString() for n, s in schemas.items()}),
+        streaming=tuple(name for name, df in tables.items() if df.isStreaming),
     )
     streams = [_tagged(name, df, schemas[name]) for name, df in tables.items() if df.isStreaming]
     union = None

@@ -51,10 +51,9 @@ class IterateSpec:
     convergence: Convergence
     invalidate: Callable[..., Mapping[str, DataFrame]] | None
     fingerprint: str
-
-    @property
-    def streaming(self) -> tuple[str, ...]:
-        return tuple(name for name, df in self.tables.items() if df.isStreaming)
+    streaming: tuple[str, ...]
+    """The tables whose changes arrive in batches; the others are static and compared with
+    their stored contents at start-up."""
 
 
 @dataclass
@@ -124,27 +123,34 @@ class IterateSink(Sink):
     def _run(self, changes: Mapping[str, DataFrame], batch_id: int, batch_time_ms: int, restart: bool) -> Written:
         assert self._store is not None
         spec, store, meta = self.spec, self._store, self._committed.meta
+        clock = _Phases()
         versions: dict[str, Any] = {k: dict(v) for k, v in meta.get("versions", {"inputs": {}}).items()}
         versions.setdefault("inputs", {})
         previous = {name: self._contents(name) for name in spec.tables}
-        seq = int(meta.get("log_seq", 0)) + 1
         inserted, deleted = {}, {}
+        counted = Change(0, 0)
         for name, change in changes.items():
             change = change.localCheckpoint(eager=True)
             inserted[name] = change.where(F.col(DIFF) > 0).drop(DIFF)
             deleted[name] = change.where(F.col(DIFF) < 0).drop(DIFF)
-            versions["inputs"][name] = store.append_changes(name, change, seq)
-        counted = Change(inserted=sum(df.count() for df in inserted.values()),
-                         deleted=sum(df.count() for df in deleted.values()))
+            counted = _count(change, counted)
         counted_contents = {name: self._fold(previous[name], changes.get(name)) for name in spec.tables}
+        for name in changes:
+            if name in spec.streaming:
+                versions["inputs"][name] = store.append_changes(name, changes[name], batch_id)
+            elif counted.inserted or counted.deleted:
+                versions["inputs"][name] = store.replace_contents(name, counted_contents[name].drop(DIFF))
         contents = {name: df.drop(DIFF) for name, df in counted_contents.items()}
+        clock.lap("store changes")
         stored = Stored(meta["fingerprint"], bool(meta["converged"])) if meta else None
         decision = decide(stored, counted, spec.fingerprint, spec.kind, spec.invalidate is not None)
         log.info("iterate %s: %s (%s)", spec.persistent_id, decision.mode.value, decision.reason)
         inputs = {name: df for name, df in contents.items() if name not in spec.iterated}
         result, iterations, converged, seconds = self._fixed_point(decision, contents, inputs, inserted, deleted)
+        clock.lap(f"{iterations} iterations")
         for name, df in result.items():
             versions.setdefault("result", {})[name] = store.write("result", name, df)
+        clock.lap("store result")
         emitted, changelog = self._emit(result)
         for name, df in emitted.items():
             if spec.convergence.tolerance is not None:
@@ -153,8 +159,9 @@ class IterateSink(Sink):
         for name, df in changelog.items():
             for output in self.downstream[name]:
                 outputs[output.name] = output.write(Batch(batch_id, batch_time_ms, df, changelog=True))
+        clock.lap("emit changes")
         new_meta = self._meta(meta, decision, iterations, converged, seconds, versions, result, restart)
-        new_meta["log_seq"] = seq
+        log.info("iterate %s: %s", spec.persistent_id, clock)
         self._pending = _Cached(new_meta, counted_contents, result, emitted)
         return Written(outputs, new_meta)
 
@@ -287,6 +294,28 @@ class IterateSink(Sink):
             "runs": runs,
             "versions": versions,
         }
+
+
+def _count(change: DataFrame, so_far: Change) -> Change:
+    row = change.agg(F.sum(F.when(F.col(DIFF) > 0, 1).otherwise(0)).alias("inserted"),
+                     F.sum(F.when(F.col(DIFF) < 0, 1).otherwise(0)).alias("deleted")).first()
+    return Change(so_far.inserted + int(row["inserted"] or 0), so_far.deleted + int(row["deleted"] or 0))
+
+
+class _Phases:
+    """Wall time per phase of a run, for the log line that ends it."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self._laps: list[str] = []
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self._laps.append(f"{name} {now - self._last:.1f}s")
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(self._laps)
 
 
 def _hold_small_changes(old: DataFrame, new: DataFrame, key: tuple[str, ...], tolerance: float) -> DataFrame:

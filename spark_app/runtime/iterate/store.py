@@ -1,10 +1,10 @@
 """Where an iterate operator keeps its tables: Delta tables in snapshot storage.
 
-* ``iterate/<id>/inputs/<table>``: a log of every change to each input and initial table
-  (the rows plus ``_diff``, and the ``_seq`` of the run that made them); a table's
-  contents are the rows whose diffs sum to more than zero. A run writes its changes with
-  ``replaceWhere _seq = n``, so a run that is retried after a crash replaces what its
-  failed attempt wrote instead of adding to it.
+* ``iterate/<id>/inputs/<table>``: for a streaming table, an append-only log of its
+  changes (the rows plus ``_diff``); its contents are the rows whose diffs sum to more
+  than zero. Each batch appends with Delta's transaction id (``txnVersion`` = the Spark
+  batch id), so a batch replayed after a crash, whose changes are the same, is not
+  appended twice. A static table is stored whole at each start.
 * ``iterate/<id>/result/<table>``: the fixed point F, one Delta version per run.
 * ``iterate/<id>/emitted/<table>``: what the outputs were last given (differs from F only
   for contractions, whose changes below the tolerance are not emitted).
@@ -23,7 +23,6 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from spark_app.storage import Storage, join
 
 DIFF = "_diff"
-SEQ = "_seq"
 
 
 class IterateStore:
@@ -31,6 +30,7 @@ class IterateStore:
         self._spark = spark
         self._snapshots = snapshots
         self._base = join("iterate", persistent_id)
+        self._persistent_id = persistent_id
 
     def _uri(self, kind: str, table: str) -> str:
         return self._snapshots.spark_uri(join(self._base, kind, table))
@@ -45,12 +45,17 @@ class IterateStore:
         return (log.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF))
                 .where(F.col(DIFF) > 0))
 
-    def append_changes(self, table: str, changes: DataFrame, seq: int) -> int:
-        """Writes ``changes`` (rows plus _diff) as run ``seq``'s part of the table's log,
-        replacing any earlier attempt of the same run; returns the log's new version."""
-        (changes.withColumn(SEQ, F.lit(seq).cast("long")).write.format("delta").mode("overwrite")
-         .option("replaceWhere", f"{SEQ} = {seq}")
+    def append_changes(self, table: str, changes: DataFrame, batch_id: int) -> int:
+        """Appends ``changes`` (rows plus _diff) to the table's log once for ``batch_id``;
+        returns the log's version that includes them."""
+        (changes.write.format("delta").mode("append")
+         .option("txnAppId", f"spark_app-iterate-{self._persistent_id}-{table}").option("txnVersion", batch_id)
          .save(self._uri("inputs", table)))
+        return self._latest_version("inputs", table)
+
+    def replace_contents(self, table: str, contents: DataFrame) -> int:
+        """Stores a static table whole (each row once); returns the new version."""
+        self.write("inputs", table, contents.withColumn(DIFF, F.lit(1)))
         return self._latest_version("inputs", table)
 
     def read(self, kind: str, table: str, version: int | None, schema: StructType) -> DataFrame:

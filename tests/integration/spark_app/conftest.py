@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ class Workspace:
     root: Path
     state: str
     endpoint_url: str | None = None
+    started: list[Driver] = field(default_factory=list)
 
     @property
     def inputs(self) -> Path:
@@ -41,19 +42,31 @@ class Workspace:
         if self.endpoint_url:
             args += ["--endpoint-url", self.endpoint_url]
         runs = len(list(self.root.glob("driver-*.log")))
-        return Driver(args, self.root / f"driver-{runs}.log", env or {})
+        driver = Driver(args, self.root / f"driver-{runs}.log", env or {})
+        self.started.append(driver)
+        return driver
+
+    def kill_all(self) -> None:
+        """No driver outlives its test, whatever the test's outcome."""
+        for driver in self.started:
+            if driver.process is not None:
+                driver.kill()
 
 
 @pytest.fixture(params=["filesystem", "s3"])
 def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Workspace]:
     """A workspace per storage backend: the behavioural suite runs against both."""
     if request.param == "filesystem":
-        yield Workspace(tmp_path, str(tmp_path / "state"))
+        workspace = Workspace(tmp_path, str(tmp_path / "state"))
     else:
         server = request.getfixturevalue("s3_server")
-        yield Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
+        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
+    yield workspace
+    workspace.kill_all()
 
 
 @pytest.fixture
-def fs_workspace(tmp_path: Path) -> Workspace:
-    return Workspace(tmp_path, str(tmp_path / "state"))
+def fs_workspace(tmp_path: Path) -> Iterator[Workspace]:
+    workspace = Workspace(tmp_path, str(tmp_path / "state"))
+    yield workspace
+    workspace.kill_all()

@@ -1,0 +1,164 @@
+"""The iterate operator on real Spark: a warm-started fixed point equals a cold one.
+
+The operator's sink is driven directly with batches of changes (as Spark's foreachBatch
+would), on the real storage, engine and policy; the result is read back from the
+changelog the output received.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+
+from spark_app.persistence import Backend
+from spark_app.runtime.iterate.engine import Convergence, fingerprint
+from spark_app.runtime.iterate.node import IterateSink, IterateSpec
+from spark_app.runtime.iterate.policy import Kind
+from spark_app.runtime.outputs import Batch, JsonLinesOutput
+from spark_app.runtime.session import build_session, spark_conf
+from tests.integration.spark_app.harness import REPO, fold, read_changelog
+
+sys.path.insert(0, str(REPO / "examples"))
+import connected_components as cc  # noqa: E402
+
+pytestmark = pytest.mark.spark
+EDGES = "u BIGINT, v BIGINT"
+LABELS = "vertex BIGINT, label BIGINT"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = build_session(spark_conf(Backend.filesystem("/tmp"), 10_000,
+                                       {"spark.master": "local[2]", "spark.ui.enabled": "false"}))
+    yield session
+
+
+class Components:
+    """The connected-components iterate, fed batch by batch like a streaming query feeds it."""
+
+    def __init__(self, spark: SparkSession, folder: Path, invalidate: bool = True, limit: int | None = None) -> None:
+        self.spark, self.folder, self.batch = spark, folder, 0
+        schemas = {name: spark.createDataFrame([], ddl).schema for name, ddl in (("edges", EDGES), ("labels", LABELS))}
+        spec = IterateSpec(
+            persistent_id="cc", step=cc.step,
+            tables={name: spark.createDataFrame([], schema) for name, schema in schemas.items()},
+            iterated=("labels",), schemas={**schemas, "result:labels": schemas["labels"]},
+            kind=Kind.MONOTONE, limit=limit, convergence=Convergence(),
+            invalidate=cc.invalidate if invalidate else None,
+            fingerprint=fingerprint(cc.step, {"limit": limit}, {}), streaming=("edges", "labels"),
+        )
+        self.sink = IterateSink(spec, spark)
+        self.output = JsonLinesOutput("labels", str(folder / "labels.jsonlines"), None)
+        self.sink.attach("labels", self.output)
+        self.storage = Backend.filesystem(folder / "state").storage()
+        self.sink.recover(None, self.storage)
+
+    def apply(self, changes: list[tuple[int, int, int]]) -> dict[str, object]:
+        rows = []
+        for u, v, diff in changes:
+            rows.append(("edges", json.dumps({"u": u, "v": v}), diff))
+            rows += [("labels", json.dumps({"vertex": x, "label": x}), diff) for x in (u, v)]
+        df = self.spark.createDataFrame(rows, "_table STRING, _row STRING, _diff INT")
+        written = self.sink.write(Batch(self.batch, self.batch, df))
+        self.sink.committed(written)
+        self.batch += 1
+        assert written.iterate is not None
+        return written.iterate
+
+    def labels(self) -> dict[int, int]:
+        table = fold(read_changelog(self.folder / "labels.jsonlines"), ("vertex",))
+        return {row["vertex"]: row["label"] for row in table.values()}
+
+
+def reference(live: dict[tuple[int, int], int]) -> dict[int, int]:
+    """Connected components by union-find: each vertex labelled with its component's smallest id."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for (u, v), count in live.items():
+        if count > 0:
+            a, b = find(u), find(v)
+            parent[max(a, b)] = min(a, b)
+    return {x: find(x) for x in parent}
+
+
+batches = st.lists(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7), st.booleans()), min_size=1, max_size=5),
+                   min_size=2, max_size=4)
+
+
+@settings(max_examples=int(os.environ.get("ITERATE_EXAMPLES", "5")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batches)
+def test_after_every_batch_the_warm_result_equals_a_cold_computation(spark: SparkSession, tmp_path_factory,  # type: ignore[no-untyped-def]
+                                                                    steps: list[list[tuple[int, int, bool]]]) -> None:
+    components = Components(spark, tmp_path_factory.mktemp("cc"))
+    live: dict[tuple[int, int], int] = {}
+    for batch in steps:
+        changes = []
+        for u, v, delete in batch:
+            if delete and live.get((u, v), 0) > 0:
+                changes.append((u, v, -1))
+                live[(u, v)] -= 1
+            elif not delete:
+                changes.append((u, v, 1))
+                live[(u, v)] = live.get((u, v), 0) + 1
+        if not changes:
+            continue
+        meta = components.apply(changes)
+        assert meta["converged"]
+        assert components.labels() == reference(live), meta
+
+
+def test_a_deletion_that_splits_a_component_is_rederived(spark: SparkSession, tmp_path: Path) -> None:
+    components = Components(spark, tmp_path)
+    assert components.apply([(1, 2, 1), (2, 3, 1), (3, 4, 1), (5, 6, 1)])["decision"] == "cold"
+    meta = components.apply([(4, 5, 1)])
+    assert (meta["decision"], components.labels()) == ("warm", {x: 1 for x in range(1, 7)})
+    meta = components.apply([(2, 3, -1)])
+    assert meta["decision"] == "partial"
+    assert components.labels() == {1: 1, 2: 1, 3: 3, 4: 3, 5: 3, 6: 3}
+
+
+def test_without_invalidate_a_deletion_recomputes_cold(spark: SparkSession, tmp_path: Path) -> None:
+    components = Components(spark, tmp_path, invalidate=False)
+    components.apply([(1, 2, 1), (2, 3, 1)])
+    meta = components.apply([(1, 2, -1)])
+    assert "no invalidate function" in meta["reason"] and meta["decision"] == "cold"
+    assert components.labels() == {2: 2, 3: 2}
+
+
+def test_a_result_cut_off_by_the_limit_is_not_trusted(spark: SparkSession, tmp_path: Path) -> None:
+    components = Components(spark, tmp_path, limit=1)
+    meta = components.apply([(1, 2, 1), (2, 3, 1), (3, 4, 1)])
+    assert (meta["converged"], meta["iterations"]) == (False, 1)
+    meta = components.apply([(5, 6, 1)])
+    assert meta["decision"] == "cold" and "iteration limit" in meta["reason"]
+
+
+def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession, tmp_path: Path) -> None:
+    first = Components(spark, tmp_path)
+    first.apply([(1, 2, 1), (2, 3, 1)])
+    head_meta = first.sink._committed.meta  # what the commit recorded
+    restarted = Components.__new__(Components)
+    restarted.__dict__.update(first.__dict__)
+    restarted.sink = IterateSink(first.sink.spec, spark)
+    restarted.sink.attach("labels", first.output)
+    from spark_app.state.records import QueryHead
+
+    restarted.sink.recover(QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta), first.storage)
+    written = restarted.sink.start(0)
+    assert written is not None and written.iterate is not None
+    assert (written.iterate["decision"], written.iterate["iterations"]) == ("reuse", 0)
+    assert written.outputs["labels"].rows == first.output._head.rows  # nothing emitted
