@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import logging
 
 import boto3
 import pytest
