@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import tempfile
 
 from spark_app import contract
 
@@ -71,6 +72,11 @@ def _exec_executor() -> None:
         "--podName", os.environ.get("SPARK_EXECUTOR_POD_NAME", ""),
     ]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Executors download the application's files and jars into their working directory;
+    # give them a scratch one, as Spark's own image does with /opt/spark/work-dir.
+    work_dir = os.environ.get("SPARK_APP_EXECUTOR_WORK_DIR") or tempfile.mkdtemp(prefix="spark-executor-")
+    os.makedirs(work_dir, exist_ok=True)
+    os.chdir(work_dir)
     os.execvp(command[0], command)
 
 

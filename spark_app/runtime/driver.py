@@ -34,6 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
+from spark_app.runtime.faults import AFTER_COMMIT, AFTER_OUTPUT, crash_point
 from spark_app.runtime.file_source import SourceOrderChanged, count_dead_letters
 from spark_app.runtime.outputs import Batch, DeltaOutput, OutputDamaged, Written
 from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec
@@ -308,10 +309,11 @@ class Driver:
 
     def _status(self) -> dict[str, Any]:
         queries = {}
-        for name, query in self._queries.items():
+        for name in self._pipeline.queries:
+            query = self._queries.get(name)
             try:
-                status = query.status
-                progress = query.lastProgress or {}
+                status = query.status if query else {}
+                progress = (query.lastProgress if query else None) or {}
             except Exception:  # noqa: BLE001 - the query may be restarting
                 status, progress = {}, {}
             head = self._session.heads.get(name) if self._session else None
@@ -410,7 +412,11 @@ class BatchHandler:
         session = self._driver.session
         head = session.heads.get(self._name)
         if head is not None and batch_id <= head.batch:
-            log.info("query %s: batch %d is already committed; skipping its replay", self._name, batch_id)
+            # The outputs have this batch already; the batch still runs, because Spark
+            # commits the stateful operators' new state version only when the batch's plan
+            # executes (and refuses to move on otherwise: STATE_STORE_COMMIT_VALIDATION_FAILED).
+            log.info("query %s: batch %d is already committed; replaying it without output", self._name, batch_id)
+            df.write.format("noop").mode("overwrite").save()
             return
         batch_time_ms, offsets = self._read_offsets(batch_id)
         session.check_not_fenced()
@@ -419,7 +425,9 @@ class BatchHandler:
         except BaseException:
             self._spec.sink.aborted()
             raise
+        crash_point(AFTER_OUTPUT, batch_id)
         new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
+        crash_point(AFTER_COMMIT, batch_id)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
                  ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)

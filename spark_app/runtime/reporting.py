@@ -18,6 +18,8 @@ from spark_app import contract
 
 log = logging.getLogger("spark_app")
 
+REFRESH_S = 15.0
+
 
 class PodReporter:
     def __init__(self, name: str, namespace: str) -> None:
@@ -28,6 +30,7 @@ class PodReporter:
         self._name = name
         self._namespace = namespace
         self._last: str | None = None
+        self._reported_at = 0.0
         self._lock = threading.Lock()
         self._warned = False
 
@@ -43,9 +46,11 @@ class PodReporter:
             return None
 
     def report(self, status: dict[str, Any]) -> None:
+        """Patches the annotation when the status changed, and at least every
+        ``REFRESH_S`` anyway, so that the operator can tell a live idle driver from a hung one."""
         body = json.dumps(status, sort_keys=True, separators=(",", ":"))
         with self._lock:
-            if body == self._last:
+            if body == self._last and time.monotonic() - self._reported_at < REFRESH_S:
                 return
             stamped = json.dumps({**status, "reported_ms": int(time.time() * 1000)}, sort_keys=True,
                                  separators=(",", ":"))
@@ -55,6 +60,7 @@ class PodReporter:
                     {"metadata": {"annotations": {contract.STATUS_ANNOTATION: stamped}}},
                 )
                 self._last = body
+                self._reported_at = time.monotonic()
             except Exception as error:  # noqa: BLE001 - reporting is optional
                 if not self._warned:
                     log.warning("cannot report progress on pod %s/%s: %s", self._namespace, self._name, error)

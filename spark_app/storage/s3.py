@@ -132,9 +132,14 @@ class S3Storage:
         self._call("delete_object", key, Key=self._key(key))
 
     def delete_prefix(self, prefix: str) -> int:
-        keys = self.list(prefix)
+        # Delete the objects exactly as listed: Hadoop's directory markers end in '/', which
+        # re-joining a relative key would drop.
+        full = self._key(prefix)
+        if prefix.endswith("/") or not prefix:
+            full = full + "/" if full else ""
+        keys = [item["Key"] for page in self._pages(full) for item in page.get("Contents", [])]
         for start in range(0, len(keys), 1000):
-            chunk = [{"Key": self._key(k)} for k in keys[start : start + 1000]]
+            chunk = [{"Key": key} for key in keys[start : start + 1000]]
             self._call("delete_objects", prefix, Delete={"Objects": chunk, "Quiet": True})
         return len(keys)
 

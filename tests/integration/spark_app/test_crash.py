@@ -65,3 +65,23 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(fs_workspace: Worksp
     assert fold(counts, ("word",)) == expected_counts(range(FILES))
     assert multiset(read_changelog(fs_workspace.out / "even.jsonlines")) == expected_even(range(FILES))
     assert kills >= 2
+
+
+@pytest.mark.parametrize("point", ["after-output", "after-commit"])
+def test_a_crash_in_the_commit_window_is_replayed_exactly(fs_workspace: Workspace, point: str) -> None:
+    """Killed after the output is written (not committed: it is cut off and rewritten) or
+    after spark_app's commit but before Spark's (the replay writes nothing, yet the
+    stateful operators must still commit their state for the batch)."""
+    for f in range(2):
+        write_csv(fs_workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+    crashed = fs_workspace.driver(env={"SPARK_APP_FAULT": f"{point}:0", "SPARK_APP_EPOCH": "1"}).start()
+    assert crashed.wait() == -9
+    for f in range(2, 4):
+        write_csv(fs_workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+    resumed = fs_workspace.driver("--stop-when-idle", env={"SPARK_APP_EPOCH": "2"}).start()
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    expected_line = ("written after the last commit" if point == "after-output"
+                     else "already committed; replaying it without output")
+    assert expected_line in resumed.output()
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
+    assert multiset(read_changelog(fs_workspace.out / "even.jsonlines")) == expected_even(range(4))

@@ -86,3 +86,17 @@ def test_unwritable_folder_is_reported(tmp_path) -> None:  # type: ignore[no-unt
     storage = Backend.filesystem(blocker / "state").storage()
     with pytest.raises(StorageMisconfigured, match="not writable"):
         storage.check_writable()
+
+
+def test_delete_prefix_removes_directory_markers_too(backend: Backend, storage: Storage) -> None:
+    if backend.kind == "s3":
+        from spark_app.storage import S3Location
+
+        location = S3Location.parse(backend.root, endpoint_url=backend.endpoint_url)
+        client = storage.inner._client  # type: ignore[attr-defined]
+        client.put_object(Bucket=location.bucket, Key=f"{location.prefix}/checkpoints/q/", Body=b"")
+    storage.write("checkpoints/q/offsets/0", b"x")
+    storage.delete_prefix("")
+    assert storage.list("") == []
+    if backend.kind == "s3":
+        assert "Contents" not in client.list_objects_v2(Bucket=location.bucket, Prefix=location.prefix)
