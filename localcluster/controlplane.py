@@ -21,8 +21,11 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "s3", "node-a
 # Port names each component listens on.
 PORT_NAMES = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "s3", "node-agent")
 
-# Controllers that need a cloud or a pod network to do anything useful.
-DISABLED_CONTROLLERS = ("node-ipam-controller",)
+# Controllers that need a cloud or a pod network to do anything useful. The endpoint
+# controllers would publish each selected pod's IP, 127.0.0.1, which the API refuses
+# ("may not be in the loopback range"), so every Service of a running pod collected
+# FailedToUpdateEndpointSlices warnings; without kube-proxy or DNS nothing reads them.
+DISABLED_CONTROLLERS = ("node-ipam-controller", "endpoints-controller", "endpointslice-controller")
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ def terminated_run(process: ContainerProcess) -> st.Terminated:
     if process.start_error is not None:
         reason, message = "StartError", process.start_error
     else:
-        reason, message = st.termination_reason(process.exit_code), ""
+        reason, message = st.termination_reason(process.exit_code), process.termination_message
     return st.Terminated(
         exit_code=process.exit_code,
         reason=reason,

@@ -23,6 +23,7 @@ JsonDict = dict[str, Any]
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Host variables a container inherits: what host binaries (java, locales) need to work.
 HOST_PASSTHROUGH = ("JAVA_HOME", "LANG", "LC_ALL", "TZ")
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class LaunchSpec:
     log_path: Path
     work_dir: Path
     """A private folder of this container on the host: plan and pid files."""
+    termination_file: Path | None = None
+    """The host file bind-mounted at the container's terminationMessagePath (emptied at
+    each start), or None when the container sets an empty path."""
+    termination_policy: str = "File"
+    """terminationMessagePolicy: File, or FallbackToLogsOnError."""
 
 
 def pod_log_dir(root: Path, namespace: str, pod: str, uid: str) -> Path:
@@ -84,13 +90,23 @@ def build_launch(
     meta = pod["metadata"]
     work_dir = paths.container_dir(container["name"])
     cwd = container.get("workingDir") or image.working_dir or str(work_dir / "root")
+    mounts = plan_mounts(container, volumes, env)
+    termination_path = container.get("terminationMessagePath", DEFAULT_TERMINATION_MESSAGE_PATH)
+    termination_file = work_dir / "termination-log" if termination_path else None
+    if termination_file is not None:
+        # As kubelet does: a file of the container's own at that path, so that processes
+        # of different containers never share one (they all see the host's /dev).
+        mounts = [*mounts, Mount(str(termination_file), termination_path, read_only=False)]
+        mounts.sort(key=lambda m: m.target.count("/"))
     return LaunchSpec(
         argv=argv,
         env=dict(env),
         cwd=cwd,
-        mounts=plan_mounts(container, volumes, env),
+        mounts=mounts,
         log_path=container_log(
             paths.logs_root, meta["namespace"], meta["name"], meta["uid"], container["name"], restart_count
         ),
         work_dir=work_dir,
+        termination_file=termination_file,
+        termination_policy=container.get("terminationMessagePolicy") or "File",
     )

@@ -19,7 +19,14 @@ from pathlib import Path
 
 from localcluster import container_init
 from localcluster.kubelet.launch import LaunchSpec
-from localcluster.kubelet.status import exit_code_of
+from localcluster.kubelet.logs import tail_offset
+from localcluster.kubelet.status import (
+    FALLBACK_LOG_BYTES,
+    FALLBACK_LOG_LINES,
+    MAX_TERMINATION_MESSAGE_BYTES,
+    exit_code_of,
+    termination_message,
+)
 from localcluster.procs import ProcessRecord, start_ticks
 
 
@@ -45,6 +52,9 @@ class ContainerProcess:
         self.exit_code: int | None = None
         self.signal: int | None = None
         self.start_error: str | None = None
+        self.termination_message = ""
+        """What the run left at its terminationMessagePath (or its log's tail), once it exited."""
+        self._spec = spec
         self._proc, status_read = self._spawn(spec, python)
         self.pid = self._proc.pid
         self._pid_file = spec.work_dir / "pid"
@@ -59,6 +69,8 @@ class ContainerProcess:
         if spec.cwd.startswith(str(spec.work_dir)):
             Path(spec.cwd).mkdir(parents=True, exist_ok=True)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if spec.termination_file is not None:
+            spec.termination_file.write_bytes(b"")  # each run starts with an empty message
         plan_file = spec.work_dir / "plan.json"
         fd = os.open(plan_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -95,9 +107,23 @@ class ContainerProcess:
         self._kill_group()
         self.exit_code, self.signal = exit_code_of(self._proc.wait())
         self.finished_at = time.time()
+        self.termination_message = self._read_termination_message(self.exit_code)
         self._pid_file.unlink(missing_ok=True)
         self._exited.set()
         self._on_exit()
+
+    def _read_termination_message(self, exit_code: int) -> str:
+        spec = self._spec
+        if spec.termination_file is None:
+            return ""
+        written = _read_at_most(spec.termination_file, 0, MAX_TERMINATION_MESSAGE_BYTES)
+        tail = b""
+        if not written and spec.termination_policy == "FallbackToLogsOnError" and exit_code != 0:
+            with contextlib.suppress(OSError):
+                start = tail_offset(spec.log_path, FALLBACK_LOG_LINES)
+                size = spec.log_path.stat().st_size
+                tail = _read_at_most(spec.log_path, max(start, size - FALLBACK_LOG_BYTES), FALLBACK_LOG_BYTES)
+        return termination_message(written, tail, spec.termination_policy, exit_code)
 
     @property
     def running(self) -> bool:
@@ -129,6 +155,15 @@ class ContainerProcess:
 def _quietly(fn: Callable[[int, int], None], pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         fn(pid, sig)
+
+
+def _read_at_most(path: Path, offset: int, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except OSError:
+        return b""
 
 
 def _record_pid(path: Path, pid: int) -> None:

@@ -213,5 +213,21 @@ def exit_code_of(returncode: int) -> tuple[int, int | None]:
     return returncode, None
 
 
+# kubelet's limits (pkg/kubelet/container): the file is read up to 4 KiB; the fallback
+# takes the last 80 lines of the log, at most 2 KiB.
+MAX_TERMINATION_MESSAGE_BYTES = 4096
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+
+
+def termination_message(file_content: bytes, log_tail: bytes, policy: str, exit_code: int) -> str:
+    """The terminated state's message: the container's termination message file, or with
+    FallbackToLogsOnError and a failed run that wrote none, the tail of its log."""
+    message = file_content[:MAX_TERMINATION_MESSAGE_BYTES]
+    if not message and policy == "FallbackToLogsOnError" and exit_code != 0:
+        message = log_tail[-FALLBACK_LOG_BYTES:]
+    return message.decode(errors="replace")
+
+
 def termination_reason(exit_code: int) -> str:
     return "Completed" if exit_code == 0 else "Error"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import boto3
@@ -126,6 +127,20 @@ def test_deployments_get_pods_and_garbage_collection_removes_them(
     )
     apps.delete_namespaced_deployment("sleeper", namespace, propagation_policy="Background")
     wait_for("its pods to be collected", lambda: not core.list_namespaced_pod(namespace).items, timeout=30)
+
+
+def test_a_service_of_a_running_pod_raises_no_endpoint_warnings(core: client.CoreV1Api, namespace: str) -> None:
+    # Every pod's IP is 127.0.0.1, which the API refuses in EndpointSlices; the endpoint
+    # controllers are off, so nothing tries (Services route nothing on the local cluster).
+    pod = shell_pod("web", "sleep 30")
+    pod["metadata"]["labels"] = {"app": "web"}
+    core.create_namespaced_pod(namespace, pod)
+    core.create_namespaced_service(namespace, {"metadata": {"name": "web"}, "spec": {
+        "clusterIP": "None", "selector": {"app": "web"}, "ports": [{"port": 80}]}})
+    wait_for("Running", phase_in(core, namespace, "web", "Running"))
+    time.sleep(3)  # the controllers react within a second of the pod turning ready
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.kind=Service").items
+    assert [e.reason for e in events if e.type == "Warning"] == []
 
 
 @pytest.mark.s3

@@ -14,7 +14,7 @@ from localcluster.kubeapi import ApiUnavailable
 from localcluster.kubelet.images import load_image_map
 from localcluster.kubelet.pods import PodContext, PodWorker
 from localcluster.layout import Layout
-from localcluster.testing import shell_pod, wait_for
+from localcluster.testing import host_path, shell_pod, wait_for
 
 pytestmark = pytest.mark.cluster
 LAYOUT = Layout.for_repo()
@@ -94,9 +94,13 @@ def test_an_exit_during_an_apiserver_outage_is_reported_once_it_is_back(tmp_path
 
 def test_deletion_stops_the_process_reports_and_removes_the_pod(tmp_path: Path) -> None:
     api = FakeApi()
-    manifest = shell_pod("p", 'trap "exit 9" TERM; while true; do sleep 0.05; done')
+    # The shell says when its trap is set: SIGTERM before that would kill it (exit 143).
+    manifest = shell_pod("p", 'trap "exit 9" TERM; touch /marks/trapped; while true; do sleep 0.05; done',
+                         volumes=[{"name": "marks", "hostPath": host_path(tmp_path / "marks")}],
+                         mounts=[{"name": "marks", "mountPath": "/marks"}])
     worker, done = worker_for(manifest, tmp_path, api)
     wait_for("Running to be reported", lambda: "Running" in phases(api), timeout=10)
+    wait_for("the trap to be set", (tmp_path / "marks" / "trapped").exists, timeout=10)
     deleting = dict(manifest, metadata=dict(manifest["metadata"], deletionTimestamp="2030-01-01T00:00:00Z"))
     worker.update(deleting)
     wait_for("the worker to finish", done.is_set, timeout=10)

@@ -90,6 +90,34 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
     assert 1 <= time.monotonic() - began < 6
 
 
+def test_the_termination_message_file_is_each_containers_own(core: client.CoreV1Api, namespace: str) -> None:
+    for name, words in (("first", "stale epoch; stored epoch is 4"), ("second", "another message")):
+        core.create_namespaced_pod(namespace, shell_pod(name, f'printf "{words}" > /dev/termination-log; exit 3'))
+    for name, words in (("first", "stale epoch; stored epoch is 4"), ("second", "another message")):
+        found = wait_for(f"{name} Failed", phase_in(core, namespace, name, "Failed", "Succeeded"))
+        assert main_state(found).terminated.message == words
+
+
+def test_a_custom_termination_message_path_is_read(core: client.CoreV1Api, namespace: str) -> None:
+    core.create_namespaced_pod(namespace, shell_pod("custom", "echo done > /tmp/why-I-stopped",
+                                                    terminationMessagePath="/tmp/why-I-stopped"))
+    found = wait_for("Succeeded", phase_in(core, namespace, "custom", "Succeeded", "Failed"))
+    assert main_state(found).terminated.message == "done\n"
+
+
+def test_fallback_to_logs_on_error_reports_the_logs_tail_of_a_failed_run(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    script = 'for i in $(seq 1 100); do echo "line $i"; done; exit 1'
+    core.create_namespaced_pod(namespace, shell_pod("fails", script, terminationMessagePolicy="FallbackToLogsOnError"))
+    core.create_namespaced_pod(namespace, shell_pod("quiet", script))  # policy File: no message
+    found = wait_for("fails Failed", phase_in(core, namespace, "fails", "Failed"))
+    message = main_state(found).terminated.message
+    assert message.splitlines() == [f"line {i}" for i in range(21, 101)]  # kubelet's last 80 lines
+    quiet = wait_for("quiet Failed", phase_in(core, namespace, "quiet", "Failed"))
+    assert not main_state(quiet).terminated.message
+
+
 def test_a_claims_folder_survives_the_pod(
     core: client.CoreV1Api, namespace: str, local_cluster: ClusterInfo
 ) -> None:

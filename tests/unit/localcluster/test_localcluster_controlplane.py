@@ -45,6 +45,12 @@ def test_controller_manager_uses_per_controller_credentials() -> None:
     assert f["bind-address"] == "127.0.0.1"
 
 
+def test_no_endpoint_controller_tries_to_publish_loopback_pod_ips() -> None:
+    disabled = {c.removeprefix("-") for c in flags(controlplane.controller_manager_command(LAYOUT, PORTS))[
+        "controllers"].split(",") if c.startswith("-")}
+    assert {"endpoints-controller", "endpointslice-controller"} <= disabled
+
+
 def test_everything_listens_on_loopback() -> None:
     etcd = flags(controlplane.etcd_command(LAYOUT, PORTS))
     assert etcd["listen-client-urls"] == "http://127.0.0.1:1"

@@ -13,6 +13,7 @@ from localcluster.kubelet.status import (
     pod_phase,
     pod_status,
     rfc3339,
+    termination_message,
 )
 
 
@@ -117,3 +118,27 @@ def test_pod_status_uses_the_loopback_address_and_keeps_start_time() -> None:
     assert status["podIP"] == status["hostIP"] == "127.0.0.1"
     assert status["startTime"] == "2020-01-01T00:00:00Z"
     assert status["phase"] == "Running"
+
+
+def test_the_termination_message_is_the_file_read_up_to_4_kib() -> None:
+    assert termination_message(b"stale epoch; stored epoch is 4", b"log", "File", 3) == "stale epoch; stored epoch is 4"
+    assert termination_message(b"x" * 5000, b"", "File", 1) == "x" * 4096
+
+
+@pytest.mark.parametrize(
+    ("written", "policy", "exit_code", "message"),
+    [
+        (b"", "FallbackToLogsOnError", 1, "the log's tail"),
+        (b"", "FallbackToLogsOnError", 0, ""),  # only a failed run falls back
+        (b"", "File", 1, ""),
+        (b"own words", "FallbackToLogsOnError", 1, "own words"),  # the file wins
+    ],
+)
+def test_fallback_to_logs_only_for_a_failed_run_that_wrote_nothing(
+    written: bytes, policy: str, exit_code: int, message: str
+) -> None:
+    assert termination_message(written, b"the log's tail", policy, exit_code) == message
+
+
+def test_the_log_fallback_keeps_at_most_the_last_2_kib() -> None:
+    assert termination_message(b"", b"a" * 100 + b"b" * 2048, "FallbackToLogsOnError", 2) == "b" * 2048

@@ -1,0 +1,37 @@
+"""From a container spec to the process to start: the termination message file."""
+
+from pathlib import Path
+from typing import Any
+
+from localcluster.kubelet.images import ImageConfig
+from localcluster.kubelet.launch import PodPaths, build_launch
+from localcluster.kubelet.volumes import Mount, VolumePlan
+
+POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "spec": {}}
+PATHS = PodPaths(Path("/cluster/pods/u-1"), Path("/cluster/logs/pods"))
+DATA = {"data": VolumePlan("data", "emptyDir", "/cluster/pods/u-1/volumes/empty-dir/data", {})}
+
+
+def launch(**container: Any):  # noqa: ANN201 - a LaunchSpec
+    spec = {"name": "main", "command": ["true"], **container}
+    return build_launch(POD, spec, ImageConfig(), {}, DATA, PATHS, restart_count=0)
+
+
+def test_each_container_gets_its_own_file_at_the_default_termination_message_path() -> None:
+    spec = launch()
+    own = Path("/cluster/pods/u-1/containers/main/termination-log")
+    assert spec.termination_file == own
+    assert Mount(str(own), "/dev/termination-log", read_only=False) in spec.mounts
+    assert spec.termination_policy == "File"
+
+
+def test_a_termination_message_path_inside_a_volume_is_mounted_after_the_volume() -> None:
+    spec = launch(terminationMessagePath="/data/why", terminationMessagePolicy="FallbackToLogsOnError",
+                  volumeMounts=[{"name": "data", "mountPath": "/data"}])
+    assert [m.target for m in spec.mounts] == ["/data", "/data/why"]
+    assert spec.termination_policy == "FallbackToLogsOnError"
+
+
+def test_an_empty_termination_message_path_mounts_nothing() -> None:
+    spec = launch(terminationMessagePath="")
+    assert spec.termination_file is None and spec.mounts == []
