@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from spark_app.runtime.faults import IN_ITERATION, crash_point
 from spark_app.runtime.iterate.engine import Convergence, Step, max_change, run_fixed_point
 from spark_app.runtime.iterate.policy import Change, Decision, Kind, Mode, Stored, decide
 from spark_app.runtime.iterate.store import DIFF, IterateStore
@@ -146,7 +147,8 @@ class IterateSink(Sink):
         decision = decide(stored, counted, spec.fingerprint, spec.kind, spec.invalidate is not None)
         log.info("iterate %s: %s (%s)", spec.persistent_id, decision.mode.value, decision.reason)
         inputs = {name: df for name, df in contents.items() if name not in spec.iterated}
-        result, iterations, converged, seconds = self._fixed_point(decision, contents, inputs, inserted, deleted)
+        result, iterations, converged, seconds = self._fixed_point(decision, contents, inputs, inserted, deleted,
+                                                                   batch_id)
         clock.lap(f"{iterations} iterations")
         for name, df in result.items():
             versions.setdefault("result", {})[name] = store.write("result", name, df)
@@ -165,8 +167,13 @@ class IterateSink(Sink):
         self._pending = _Cached(new_meta, counted_contents, result, emitted)
         return Written(outputs, new_meta)
 
+    def _progress(self, iteration: int, batch_id: int) -> None:
+        if iteration % 10 == 0:
+            log.info("iterate %s: iteration %d", self.spec.persistent_id, iteration)
+        crash_point(IN_ITERATION, batch_id)
+
     def _fixed_point(self, decision: Decision, contents: Mapping[str, DataFrame], inputs: Mapping[str, DataFrame],
-                     inserted: Mapping[str, DataFrame], deleted: Mapping[str, DataFrame],
+                     inserted: Mapping[str, DataFrame], deleted: Mapping[str, DataFrame], batch_id: int,
                      ) -> tuple[dict[str, DataFrame], int, bool, float]:
         spec = self.spec
         if decision.mode is Mode.REUSE:
@@ -183,7 +190,7 @@ class IterateSink(Sink):
                 n: inserted.get(n, contents[n].limit(0)) for n in spec.iterated}
         outcome = run_fixed_point(
             spec.step, start, inputs, fresh, changed, spec.limit, spec.convergence, cold,
-            progress=lambda i: log.info("iterate %s: iteration %d", spec.persistent_id, i) if i % 10 == 0 else None,
+            progress=lambda i: self._progress(i, batch_id),
         )
         if not outcome.converged:
             log.warning("iterate %s stopped at its limit of %d iterations without converging; the result is "
