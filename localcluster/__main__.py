@@ -1,4 +1,5 @@
-"""`python -m localcluster up|down|status|env`."""
+"""`python -m localcluster up|down|status|env`, and `kill NAMESPACE/POD [CONTAINER]`: SIGKILL
+to a running container's main process, as `kill -9` on a node (for demos of a crash)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from localcluster.cluster import Cluster, ClusterError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "env"))
+    parser.add_argument("command", choices=("up", "down", "status", "env", "kill"))
+    parser.add_argument("pod", nargs="?", help="kill: NAMESPACE/POD")
+    parser.add_argument("container", nargs="?", help="kill: the container (default: the pod's first)")
     args = parser.parse_args(argv)
     cluster = Cluster()
     try:
@@ -22,12 +25,33 @@ def main(argv: list[str] | None = None) -> int:
             cluster.down()
         elif args.command == "status":
             return _status(cluster)
+        elif args.command == "kill":
+            return _kill(cluster, args.pod, args.container)
         else:
             for key, value in cluster.info().env().items():
                 print(f"export {key}={shlex.quote(value)}")
     except ClusterError as e:
         print(f"localcluster: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _kill(cluster: Cluster, target: str | None, container: str | None) -> int:
+    from localcluster.testing import kill_container, kubectl
+
+    if not target or "/" not in target:
+        print("localcluster: kill needs NAMESPACE/POD", file=sys.stderr)
+        return 2
+    info = cluster.info()
+    namespace, pod = target.split("/", 1)
+    container = container or kubectl(info, "get", "pod", "-n", namespace, pod,
+                                     "-o", "jsonpath={.spec.containers[0].name}").strip()
+    try:
+        pid = kill_container(info, namespace, pod, container)
+    except AssertionError as e:
+        print(f"localcluster: {e}", file=sys.stderr)
+        return 1
+    print(f"killed {namespace}/{pod} container {container} (pid {pid}) with SIGKILL")
     return 0
 
 

@@ -1,11 +1,13 @@
 """Helpers for tests and the demo against the local cluster: polling with a deadline,
-kubectl, and small pod manifests.
+kubectl, small pod manifests, and killing a container's process as on a node.
 
-    from localcluster.testing import wait_for, kubectl, shell_pod
+    from localcluster.testing import wait_for, kubectl, shell_pod, kill_container
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from typing import Any, TypeVar
 
 from localcluster.cluster import ClusterInfo
 from localcluster.layout import Layout
+from localcluster.procs import ProcessRecord, is_alive
 
 T = TypeVar("T")
 
@@ -94,3 +97,27 @@ def phase_in(core: Any, namespace: str, name: str, *phases: str) -> Callable[[],
 def host_path(path: Path) -> dict[str, Any]:
     """A hostPath volume source for a folder, created if missing."""
     return {"path": str(path), "type": "DirectoryOrCreate"}
+
+
+def kill_container(
+    info: ClusterInfo,
+    namespace: str,
+    pod: str,
+    container: str,
+    sig: int = signal.SIGKILL,
+    layout: Layout | None = None,
+) -> int:
+    """Sends `sig` to a running container's main process, as `kill` on a node would (the
+    pod stays; the node agent then reports the exit, 128+sig). The process is the one the
+    node agent recorded for the pod's uid (pid and start time, so a recycled pid is never
+    hit). Returns the pid; fails if the container is not running."""
+    uid = kubectl(info, "get", "pod", "-n", namespace, pod, "-o", "jsonpath={.metadata.uid}").strip()
+    pid_file = (layout or Layout.for_repo()).pods_dir / uid / "containers" / container / "pid"
+    try:
+        pid, ticks = (int(x) for x in pid_file.read_text().split())
+    except (OSError, ValueError):
+        raise AssertionError(f"container {container} of pod {namespace}/{pod} is not running") from None
+    if not is_alive(ProcessRecord(pid, ticks)):
+        raise AssertionError(f"container {container} of pod {namespace}/{pod} has already exited")
+    os.kill(pid, sig)
+    return pid
