@@ -100,6 +100,66 @@ bench-operator: setup ## Benchmark the operator (relaunch latency; 100 pipelines
 	$(PY) bench/operator/run.py $(BENCH_ARGS)
 ## ---- end of operator ----------------------------------------------------------------------
 
+## ---- images / chart / demo / e2e -------------------------------------------------------
+# The container images (Dockerfile), the Helm chart (charts/persistent-pipelines), its
+# kubectl rendering (deploy/), the demo (demo/) and the end-to-end tests (tests/e2e).
+# E2E_ARGS passes pytest arguments to the e2e targets.
+IMAGE_TAG := 0.1.0
+SPARK_APP_IMAGE := ghcr.io/persistent-pipelines/spark-app:$(IMAGE_TAG)
+OPERATOR_IMAGE := ghcr.io/persistent-pipelines/operator:$(IMAGE_TAG)
+CHART_DIR := charts/persistent-pipelines
+HELM := .cache/bin/helm
+KIND_VERSION := v0.30.0
+KIND_CLUSTER ?= persistent-pipelines
+E2E_ARGS ?=
+NO_DOCKER = no Docker engine here (docker info fails)
+
+.PHONY: images
+images: ## Build the spark-app and operator images with Docker (tag 0.1.0, as the chart and the CRD default).
+	@docker info >/dev/null 2>&1 || { echo "images: $(NO_DOCKER); the local cluster runs the same entrypoints from this checkout."; exit 1; }
+	docker build --target spark-app -t $(SPARK_APP_IMAGE) .
+	docker build --target operator -t $(OPERATOR_IMAGE) .
+
+.PHONY: chart-lint
+chart-lint: bins ## helm lint --strict the chart.
+	$(HELM) lint --strict $(CHART_DIR)
+
+.PHONY: chart-test
+chart-test: venv bins ## Chart rendering tests, CRD and deploy/ drift, images against the node agent's map.
+	$(HELM) lint --strict $(CHART_DIR)
+	$(PYTEST) tests/unit/charts tests/unit/images -q $(PYTEST_ARGS)
+
+.PHONY: chart-crds
+chart-crds: ## Copy crds/ into the chart after a CRD change (the drift test fails until then).
+	cp crds/*.yaml $(CHART_DIR)/crds/
+
+.PHONY: chart-docs
+chart-docs: venv ## Regenerate the values table in the chart's README from values.yaml.
+	$(PY) charts/values_doc.py $(CHART_DIR)
+
+.PHONY: deploy-manifest
+deploy-manifest: bins ## Render deploy/persistent-pipelines.yaml from the chart (the kubectl path).
+	deploy/render.sh $(HELM) > deploy/persistent-pipelines.yaml
+
+.PHONY: demo
+demo: setup ## The whole story on the local cluster: helm install, two pipelines, kill -9 the drivers, resume, summary.
+	$(PY) -m demo run
+
+.PHONY: demo-clean
+demo-clean: ## Remove what make demo created (release, namespaces, claim folders) and the cluster if it started it.
+	@if [ -x $(PY) ]; then $(PY) -m demo clean; fi
+
+.PHONY: e2e
+e2e: setup ## End-to-end tests on the local cluster: chart, pipelines, driver kill, resume, helm upgrade/uninstall.
+	$(PYTEST) tests/e2e -q $(E2E_ARGS)
+
+.PHONY: e2e-kind
+e2e-kind: ## The same e2e tests on a kind cluster with the images built and loaded (needs Docker).
+	@if ! docker info >/dev/null 2>&1; then echo "e2e-kind: skipped: $(NO_DOCKER), so kind cannot run; make e2e runs the same tests on the local cluster."; exit 0; fi; \
+	$(MAKE) setup images && KIND_VERSION=$(KIND_VERSION) KIND_CLUSTER=$(KIND_CLUSTER) \
+	  SPARK_APP_IMAGE=$(SPARK_APP_IMAGE) OPERATOR_IMAGE=$(OPERATOR_IMAGE) E2E_ARGS="$(E2E_ARGS)" tests/e2e/kind.sh
+## ---- end of images / chart / demo / e2e -----------------------------------------------
+
 ## ---- tests ----------------------------------------------------------------------------
 # `make test` is what CI runs (.ci/run). Each suite starts the servers it needs (the local
 # cluster, the S3 server) and stops what it started.
@@ -117,6 +177,8 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	$(PYTEST) tests/integration -q $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
 	$(PYTEST) tests/operator -q $(PYTEST_ARGS)
+	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
+	$(PYTEST) tests/e2e -q $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
@@ -130,3 +192,14 @@ test-chaos: setup ## kill -9 the driver at random moments, CHAOS_ROUNDS times (d
 lint: venv ## ruff and the import-layering contracts of pyproject.toml.
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
+
+## ---- benchmarks ---------------------------------------------------------------------
+# Each writes a JSON file with the machine and versions into bench/results/.
+
+.PHONY: bench-persistence
+bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, and resume vs recompute (1M-4M rows).
+	$(PY) bench/persistence/run.py $(BENCH_ARGS)
+
+.PHONY: bench-iterate
+bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% inserts, 0.1% deletes.
+	$(PY) bench/iterate/run.py $(BENCH_ARGS)

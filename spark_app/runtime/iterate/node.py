@@ -75,6 +75,7 @@ class IterateSink(Sink):
         self._store: IterateStore | None = None
         self._committed = _Cached(meta={})
         self._pending: _Cached | None = None
+        self._fresh: set[str] = set()
 
     # ---- wiring ------------------------------------------------------------------------
 
@@ -87,6 +88,8 @@ class IterateSink(Sink):
     def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
         for output in self.outputs():
             output.recover(head.outputs.get(output.name) if head else None, snapshots)
+        # An output added to an existing iterate has seen nothing: it gets all of F.
+        self._fresh = {o.name for o in self.outputs() if head is None or o.name not in head.outputs}
         self._store = IterateStore(self._spark, snapshots, self.spec.persistent_id)
         self._committed = _Cached(meta=dict(head.iterate or {}) if head else {})
 
@@ -111,6 +114,7 @@ class IterateSink(Sink):
 
     def committed(self, written: Written) -> None:
         super().committed(written)
+        self._fresh -= set(written.outputs)
         if self._pending is not None:
             self._committed = self._pending
             self._pending = None
@@ -125,6 +129,11 @@ class IterateSink(Sink):
         assert self._store is not None
         spec, store, meta = self.spec, self._store, self._committed.meta
         clock = _Phases()
+        stored = Stored(meta["fingerprint"], bool(meta["converged"])) if meta else None
+        if not changes:
+            decision = decide(stored, Change(0, 0), spec.fingerprint, spec.kind, spec.invalidate is not None)
+            if decision.mode is Mode.REUSE:
+                return self._reuse(decision, batch_id, batch_time_ms, restart, clock)
         versions: dict[str, Any] = {k: dict(v) for k, v in meta.get("versions", {"inputs": {}}).items()}
         versions.setdefault("inputs", {})
         previous = {name: self._contents(name) for name in spec.tables}
@@ -143,13 +152,12 @@ class IterateSink(Sink):
                 versions["inputs"][name] = store.replace_contents(name, counted_contents[name].drop(DIFF))
         contents = {name: df.drop(DIFF) for name, df in counted_contents.items()}
         clock.lap("store changes")
-        stored = Stored(meta["fingerprint"], bool(meta["converged"])) if meta else None
         decision = decide(stored, counted, spec.fingerprint, spec.kind, spec.invalidate is not None)
         log.info("iterate %s: %s (%s)", spec.persistent_id, decision.mode.value, decision.reason)
         inputs = {name: df for name, df in contents.items() if name not in spec.iterated}
         result, iterations, converged, seconds = self._fixed_point(decision, contents, inputs, inserted, deleted,
                                                                    batch_id)
-        clock.lap(f"{iterations} iterations")
+        clock.lap("iterations")
         for name, df in result.items():
             versions.setdefault("result", {})[name] = store.write("result", name, df)
         clock.lap("store result")
@@ -157,15 +165,41 @@ class IterateSink(Sink):
         for name, df in emitted.items():
             if spec.convergence.tolerance is not None:
                 versions.setdefault("emitted", {})[name] = store.write("emitted", name, df)
-        outputs = {}
-        for name, df in changelog.items():
-            for output in self.downstream[name]:
-                outputs[output.name] = output.write(Batch(batch_id, batch_time_ms, df, changelog=True))
+        outputs = self._write_outputs(changelog, emitted, batch_id, batch_time_ms)
         clock.lap("emit changes")
         new_meta = self._meta(meta, decision, iterations, converged, seconds, versions, result, restart)
+        new_meta["run_seconds"] = round(clock.total(), 3)
+        new_meta["phases"] = clock.laps()
         log.info("iterate %s: %s", spec.persistent_id, clock)
         self._pending = _Cached(new_meta, counted_contents, result, emitted)
         return Written(outputs, new_meta)
+
+    def _reuse(self, decision: Decision, batch_id: int, batch_time_ms: int, restart: bool, clock: _Phases) -> Written:
+        """Nothing changed and F can be trusted: zero iterations, nothing read but what a
+        newly added output needs."""
+        meta = self._committed.meta
+        emitted = {name: self._emitted(name) for name in self.spec.iterated
+                   if any(o.name in self._fresh for o in self.downstream[name])}
+        outputs = self._write_outputs({name: df.limit(0).withColumn("diff", F.lit(1)) for name, df in emitted.items()},
+                                      emitted, batch_id, batch_time_ms)
+        clock.lap("emit to new outputs")
+        runs = dict(meta.get("runs", {}))
+        runs[Mode.REUSE.value] = runs.get(Mode.REUSE.value, 0) + 1
+        new_meta = {**meta, "decision": decision.mode.value, "reason": decision.reason, "iterations": 0,
+                    "seconds": 0.0, "time_ms": int(time.time() * 1000), "at_restart": restart, "runs": runs,
+                    "run_seconds": round(clock.total(), 3), "phases": clock.laps()}
+        log.info("iterate %s: reused the stored fixed point (%s)", self.spec.persistent_id, clock)
+        self._pending = _Cached(new_meta, self._committed.contents, self._committed.result, self._committed.emitted)
+        return Written(outputs, new_meta)
+
+    def _write_outputs(self, changelog: Mapping[str, DataFrame], emitted: Mapping[str, DataFrame], batch_id: int,
+                       batch_time_ms: int) -> dict[str, Any]:
+        heads = {}
+        for name, changes in changelog.items():
+            for output in self.downstream[name]:
+                rows = emitted[name].withColumn("diff", F.lit(1)) if output.name in self._fresh else changes
+                heads[output.name] = output.write(Batch(batch_id, batch_time_ms, rows, changelog=True))
+        return heads
 
     def _progress(self, iteration: int, batch_id: int) -> None:
         if iteration % 10 == 0:
@@ -310,19 +344,25 @@ def _count(change: DataFrame, so_far: Change) -> Change:
 
 
 class _Phases:
-    """Wall time per phase of a run, for the log line that ends it."""
+    """Wall time per phase of a run, for the log line that ends it and the commit."""
 
     def __init__(self) -> None:
-        self._last = time.monotonic()
-        self._laps: list[str] = []
+        self._began = self._last = time.monotonic()
+        self._laps: dict[str, float] = {}
 
     def lap(self, name: str) -> None:
         now = time.monotonic()
-        self._laps.append(f"{name} {now - self._last:.1f}s")
+        self._laps[name] = round(now - self._last, 3)
         self._last = now
 
+    def laps(self) -> dict[str, float]:
+        return dict(self._laps)
+
+    def total(self) -> float:
+        return self._last - self._began
+
     def __str__(self) -> str:
-        return ", ".join(self._laps)
+        return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in self._laps.items())
 
 
 def _hold_small_changes(old: DataFrame, new: DataFrame, key: tuple[str, ...], tolerance: float) -> DataFrame:

@@ -157,11 +157,19 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
     restarted.sink.attach("labels", first.output)
     from spark_app.state.records import QueryHead
 
-    restarted.sink.recover(QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta), first.storage)
+    head = QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta,
+                     outputs={"labels": first.output._head})
+    restarted.sink.recover(head, first.storage)
     written = restarted.sink.start(0)
     assert written is not None and written.iterate is not None
     assert (written.iterate["decision"], written.iterate["iterations"]) == ("reuse", 0)
-    assert written.outputs["labels"].rows == first.output._head.rows  # nothing emitted
+    assert written.outputs == {}  # nothing emitted
+
+    # An output added since gets the whole stored fixed point, still without iterating.
+    restarted.sink.recover(QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta), first.storage)
+    written = restarted.sink.start(0)
+    assert written is not None and written.iterate["iterations"] == 0  # type: ignore[index]
+    assert written.outputs["labels"].rows == 3
 
 
 # ---- a contraction: PageRank ------------------------------------------------------------

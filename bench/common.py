@@ -1,0 +1,87 @@
+"""Shared pieces of the benchmarks: where results go, what machine they ran on, and how a
+pipeline run is timed. Benchmarks measure; tests assert behaviour (tests/)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+SPARK_CONF = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.driver.memory": "4g"}
+
+
+def progress(message: str) -> None:
+    print(f">>> [{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def machine() -> dict[str, Any]:
+    import pyspark
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    load = os.getloadavg()
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "java": java[0] if java else "unknown",
+        "pyspark": pyspark.__version__,
+        "load_average_at_start": [round(x, 2) for x in load],
+    }
+
+
+def write_results(name: str, results: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(json.dumps({"benchmark": name, "when": stamp, "machine": machine(), **results}, indent=2) + "\n")
+    progress(f"results written to {path.relative_to(REPO)}")
+    return path
+
+
+@dataclass
+class Run:
+    """One timed driver process."""
+
+    seconds: float
+    returncode: int
+    log: str
+
+
+def run_process(args: list[str], log_path: Path, env: dict[str, str] | None = None, until: Any = None,
+                timeout: float = 1800) -> Run:
+    """Runs ``args``; stops when it exits or, with ``until``, as soon as ``until()`` is true
+    (then the process is terminated and the time is taken at that moment)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "SPARK_APP_SPARK_CONF": json.dumps(SPARK_CONF),
+                "SPARK_APP_TERMINATION_LOG": str(log_path) + ".end", **(env or {})}
+    began = time.monotonic()
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                   start_new_session=True)
+    seconds = None
+    while process.poll() is None:
+        if until is not None and until():
+            seconds = time.monotonic() - began
+            process.terminate()
+            break
+        if time.monotonic() - began > timeout:
+            process.kill()
+            raise TimeoutError(f"{args} ran over {timeout}s; see {log_path}")
+        time.sleep(0.05)
+    process.wait()
+    if seconds is None:
+        seconds = time.monotonic() - began
+    return Run(round(seconds, 2), process.returncode, log_path.read_text(errors="replace"))
+
+
+def spark_app(*args: str) -> list[str]:
+    return [sys.executable, "-m", "spark_app", "run", *args]
