@@ -1,0 +1,294 @@
+"""`python -m demo run|clean` (make demo, make demo-clean): the whole story on the local cluster.
+
+run:   start the local control plane; helm install the chart (the operator then runs as a
+       pod, with its ServiceAccount token and the chart's RBAC); apply a word count and a
+       connected-components iterate; feed input files; kill -9 both drivers and feed more
+       while they are down; watch the operator relaunch them and the drivers resume from
+       their checkpoints; check the outputs by folding their changelogs; print a summary.
+clean: remove everything run created, and stop the cluster if run started it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from demo import story
+from demo.story import COMPONENTS_OUTPUT, EDGE_FILES, WORDCOUNT_OUTPUT, Namespace
+from demo.targets import ROOT, LocalTarget
+
+RELEASE, SYSTEM, NAMESPACE = "persistent-pipelines", "pp-system", "pp-demo"
+CHART = ROOT / "charts" / "persistent-pipelines"
+STATE_FILE = ROOT / ".cache" / "demo" / "state.json"
+OPERATOR_ACCOUNT = f"system:serviceaccount:{SYSTEM}:{RELEASE}-operator"
+WAIT = 420.0  # per step; a driver's JVM starts in 15 to 30 s on two cores, an iterate batch takes ~30 s
+WORD_FILES = {name: story.word_file(seed, 40) for seed, name in enumerate(("a.csv", "b.csv", "c.csv", "d.csv"))}
+
+
+class Demo:
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.steps = 0
+        self.target = LocalTarget()
+        self.fed_words: list[str] = []
+        self.fed_edges: list[str] = []
+        self.facts: dict[str, Any] = {}
+        self._last_progress = ""
+        self._last_progress_at = 0.0
+
+    # ---- printing ------------------------------------------------------------------------------
+
+    def step(self, title: str) -> None:
+        self.steps += 1
+        print(f"\n>>> step {self.steps}/9 ({self.elapsed()}): {title}", flush=True)
+
+    def say(self, text: str) -> None:
+        print(f"    {text}", flush=True)
+
+    def show(self, output: str) -> None:
+        for line in output.rstrip().splitlines():
+            self.say(line)
+
+    def elapsed(self) -> str:
+        seconds = int(time.monotonic() - self.began)
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+
+    # ---- the story -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.step("start the local control plane (etcd, kube-apiserver v1.37.1, controller manager, node agent)")
+        self.target.start()
+        started = self.target.started_here or _load_state().get("started_cluster", False)
+        _save_state({"started_cluster": started})
+        self.say(f"{'started' if self.target.started_here else 'already up'}; kubeconfig {self.target.kubeconfig}")
+        self.ns = Namespace(self.target, NAMESPACE)
+        if self.ns.get("namespace", NAMESPACE):
+            self.say("removing the previous demo's pipelines and namespaces first")
+            remove_demo(self.target)
+
+        self.step("helm install the chart: the operator runs as a pod under its own ServiceAccount and RBAC")
+        self.install()
+
+        self.step("apply two PersistentPipelines: a word count, and connected components (iterate)")
+        self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "pipelines.yaml")))
+        self.say(f"their files: the claim 'data', on this machine {self.target.claim_folder(NAMESPACE, 'data')}")
+
+        self.step("feed the first input files and watch the drivers start and commit")
+        self.feed("a.csv", "1.csv")
+        self.wait_for_outputs()
+        self.show(self.target.kubectl("get", "ppl", "-n", NAMESPACE, "-o", "wide"))
+
+        self.step("more input: the outputs grow")
+        self.feed("b.csv", "2.csv")
+        self.wait_for_outputs()
+
+        self.step("kill -9 both drivers' processes (a crash: the pods stay), and feed input while they are down")
+        self.crash()
+        self.feed("c.csv", "3.csv")
+
+        self.step("the operator relaunches each driver at epoch 2; each resumes from its checkpoint")
+        self.wait_for_relaunch()
+        self.wait_for_outputs()
+
+        self.step("input after the resume, including a deleted edge (the iterate deletes and rederives)")
+        self.feed("d.csv", "4.csv")
+        self.wait_for_outputs()
+
+        self.step("check the outputs and summarise")
+        self.summary()
+
+    def install(self) -> None:
+        for namespace in (SYSTEM, NAMESPACE):
+            self.target.kubectl("create", "namespace", namespace)
+        if self.target.kubectl("get", "crd", "persistentpipelines.sparkapp.dev", "--ignore-not-found", "-o", "name"):
+            # Helm installs crds/ only when they are absent and never upgrades them.
+            self.say("the CRDs exist from an earlier install: applying the chart's copy first (Helm never upgrades CRDs)")
+            self.target.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+        command = ["upgrade", "--install", RELEASE, str(CHART), "--namespace", SYSTEM,
+                   *self.target.helm_values(), "--wait", "--timeout", "3m"]
+        self.say("helm " + " ".join(c.replace(str(ROOT) + "/", "") for c in command))
+        began = time.monotonic()
+        self.target.helm(*command)
+        self.say(f"installed and ready in {time.monotonic() - began:.1f}s:")
+        self.show(self.target.kubectl("get", "pods", "-n", SYSTEM, "-o", "custom-columns=POD:.metadata.name,"
+                                      "STATUS:.status.phase,SERVICEACCOUNT:.spec.serviceAccountName,"
+                                      "IMAGE:.spec.containers[0].image"))
+        checks = [("create", "pods", NAMESPACE), ("get", "secrets", NAMESPACE), ("list", "secrets", NAMESPACE),
+                  ("create", "pods", "kube-system"), ("delete", "namespaces", "")]
+        answers = []
+        for verb, resource, namespace in checks:
+            where = ["-n", namespace] if namespace else []
+            answer = self.target.kubectl("auth", "can-i", verb, resource, *where, f"--as={OPERATOR_ACCOUNT}",
+                                         check=False).strip()
+            answers.append(f"{verb} {resource}{' in ' + namespace if namespace else ''}: {answer}")
+        self.say("the operator's RBAC (kubectl auth can-i): " + "; ".join(answers))
+
+    def feed(self, words: str, edges: str) -> None:
+        self.ns.write(f"wordcount/inputs/{words}", story.words_csv(WORD_FILES[words]))
+        self.ns.write(f"components/edges/{edges}", story.edges_csv(EDGE_FILES[edges]))
+        self.fed_words.append(words)
+        self.fed_edges.append(edges)
+        deleted = [f"{u}-{v}" for u, v, d in EDGE_FILES[edges] if d < 0]
+        self.say(f"wrote wordcount/inputs/{words} ({len(WORD_FILES[words])} words) and components/edges/{edges} "
+                 f"({len(EDGE_FILES[edges])} edge changes{', deleting ' + ', '.join(deleted) if deleted else ''})")
+
+    def expected(self) -> tuple[dict[str, int], dict[int, int]]:
+        return (story.expected_counts(WORD_FILES[f] for f in self.fed_words),
+                story.expected_labels(EDGE_FILES[f] for f in self.fed_edges))
+
+    def outputs(self) -> tuple[str | None, str | None]:
+        return self.ns.read(WORDCOUNT_OUTPUT), self.ns.read(COMPONENTS_OUTPUT)
+
+    def wait_for_outputs(self) -> None:
+        counts, labels = self.expected()
+
+        def caught_up() -> bool:
+            words, components = self.outputs()
+            return story.folded_counts(words) == counts and story.folded_labels(components) == labels
+
+        began = time.monotonic()
+        story.wait_for("both outputs to include every input file", caught_up, WAIT, progress=self.progress)
+        self.progress(force=True)
+        self.say(f"both outputs caught up with the input in {time.monotonic() - began:.0f}s")
+
+    def progress(self, force: bool = False) -> None:
+        """One line per change of what the pipelines show (or every 20 s while waiting)."""
+        parts = []
+        for name, output in (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT)):
+            status = self.ns.status(name)
+            batch = self.ns.checkpoint(name).get("batch")
+            parts.append(f"{name}: {status.get('phase', '-')}, epoch {self.ns.epoch(name) or '-'}, "
+                         f"batch {'-' if batch is None else batch}, {story.line_count(self.ns.read(output))} output lines")
+        line = " | ".join(parts)
+        now = time.monotonic()
+        if force or line != self._last_progress or now - self._last_progress_at > 20:
+            print(f"    [{self.elapsed()}] {line}", flush=True)
+            self._last_progress, self._last_progress_at = line, now
+
+    def crash(self) -> None:
+        for name, output in (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT)):
+            self.facts[name] = {"epoch_before": self.ns.epoch(name), "batch_before": self.ns.checkpoint(name).get("batch"),
+                                "lines_before": story.line_count(self.ns.read(output))}
+            self.say(self.target.kill_container(NAMESPACE, f"{name}-driver", "driver"))
+
+    def wait_for_relaunch(self) -> None:
+        for name in ("wordcount", "components"):
+            story.wait_for(f"{name}'s driver at epoch 2", lambda n=name: self.ns.driver(n) and (self.ns.epoch(n) or 0) >= 2,
+                           WAIT, progress=self.progress)
+            resumed = story.wait_for(f"{name}'s Resumed event", lambda n=name: story.resumed_from(self.ns.events(n)),
+                                     WAIT, progress=self.progress)
+            status = self.ns.status(name)
+            failure = status.get("lastFailure") or {}
+            self.say(f"{name}: {failure.get('reason')} (exit code {failure.get('exitCode')}) at epoch "
+                     f"{failure.get('epoch')}; now epoch {self.ns.epoch(name)}, restarts {status['restarts']['total']}")
+            for reason, message in self.ns.events(name):
+                if reason in ("DriverLost", "Restarting", "Resumed"):
+                    self.say(f"  Event {reason}: {story.first_words(message)}")
+            self.facts[name]["resumed"] = resumed[-1]
+
+    def summary(self) -> None:
+        words, components = self.outputs()
+        counts, labels = self.expected()
+        folded_counts, folded_labels = story.folded_counts(words), story.folded_labels(components)
+        ok = folded_counts == counts and folded_labels == labels
+        metrics = _metric_lines("persistent_pipeline_restarts_total")
+        total_words = sum(len(WORD_FILES[f]) for f in self.fed_words)
+        print(f"\n=== summary: the whole story in {self.elapsed()} ===")
+        for name, output, fed, table in (
+                ("wordcount", words, f"{len(self.fed_words)} files, {total_words} words", f"{len(counts)} words counted"),
+                ("components", components, f"{len(self.fed_edges)} edge files", f"{len(labels)} vertices labelled")):
+            facts, status = self.facts[name], self.ns.status(name)
+            print(f"{name}:")
+            print(f"  output lines: {facts['lines_before']} before the kill, {story.line_count(output)} now")
+            print(f"  epoch {facts['epoch_before']} -> {self.ns.epoch(name)}, restarts {status['restarts']['total']}, "
+                  f"last batch committed before the kill: {facts['batch_before']}")
+            print(f"  Resumed: {facts['resumed']}")
+            print(f"  input: {fed}; folding the changelog: {table}, no row duplicated or missing; "
+                  f"equal to a plain recomputation over all input: {'yes' if ok else 'NO'}")
+        print(f"  iterate {story.iterate_summary(self.ns.report('components'))}")
+        if metrics:
+            print("operator metrics: " + "; ".join(metrics))
+        print(self.target.kubectl("get", "ppl", "-n", NAMESPACE, "-o", "wide").rstrip())
+        print(f"\nThe pipelines keep running: add files under {self.target.claim_folder(NAMESPACE, 'data')}, "
+              f"kill drivers with `.venv/bin/python -m localcluster kill {NAMESPACE}/wordcount-driver`, "
+              f"`kubectl get ppl -n {NAMESPACE}` (KUBECONFIG={self.target.kubeconfig}). make demo-clean removes it all.")
+        if not ok:
+            raise SystemExit("the outputs differ from a recomputation over the input")
+
+
+def remove_demo(target: LocalTarget) -> None:
+    """Deletes the demo's pipelines (while the operator runs, so that their finalizer stops
+    the drivers), the release, the namespaces and the claims' folders."""
+    ns = Namespace(target, NAMESPACE)
+    if ns.get("namespace", NAMESPACE):
+        try:
+            target.kubectl("delete", "ppl", "--all", "-n", NAMESPACE, "--timeout=120s")
+        except RuntimeError:  # no operator left to release the finalizers
+            for name in ("wordcount", "components"):
+                target.kubectl("patch", "ppl", name, "-n", NAMESPACE, "--type=merge",
+                               "-p", '{"metadata":{"finalizers":null}}', check=False)
+    if target.helm("list", "-n", SYSTEM, "-q", "--filter", f"^{RELEASE}$").strip():
+        target.helm("uninstall", RELEASE, "--namespace", SYSTEM, "--wait")
+    target.kubectl("delete", "namespace", NAMESPACE, SYSTEM, "--ignore-not-found", "--timeout=180s")
+    target.forget_claims(NAMESPACE)
+
+
+def clean() -> None:
+    target = LocalTarget()
+    state = _load_state()
+    if target.cluster.is_up():
+        print(">>> removing the demo's pipelines, release, namespaces and claim folders", flush=True)
+        remove_demo(target)
+        if state.get("started_cluster"):
+            print(">>> stopping the local cluster (the demo started it)", flush=True)
+            target.stop()
+    else:
+        print(">>> the local cluster is not running; removing the demo's claim folders", flush=True)
+        target.forget_claims(NAMESPACE)
+    STATE_FILE.unlink(missing_ok=True)
+    print(">>> demo removed", flush=True)
+
+
+def _metric_lines(name: str) -> list[str]:
+    """The operator's own counters, scraped from its metrics port (the chart's local values)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:19090/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.startswith(name + "{")]
+
+
+def _load_state() -> dict[str, Any]:
+    return json.loads(STATE_FILE.read_text()) if STATE_FILE.exists() else {}
+
+
+def _save_state(state: dict[str, Any]) -> None:
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps(state))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("run", "clean"))
+    options = parser.parse_args(argv)
+    commands: dict[str, Callable[[], None]] = {"run": lambda: Demo().run(), "clean": clean}
+    try:
+        commands[options.command]()
+    except (RuntimeError, TimeoutError, story.ChangelogError, subprocess.TimeoutExpired) as error:
+        print(f"\ndemo failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
