@@ -251,6 +251,8 @@ def clean() -> None:
         print(">>> the local cluster is not running; removing the demo's claim folders", flush=True)
         target.forget_claims(NAMESPACE)
     STATE_FILE.unlink(missing_ok=True)
+    if STATE_FILE.parent.exists() and not any(STATE_FILE.parent.iterdir()):
+        STATE_FILE.parent.rmdir()
     print(">>> demo removed", flush=True)
 
 
