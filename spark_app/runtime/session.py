@@ -47,18 +47,15 @@ _DEFAULTS = {
 }
 
 
-def jars() -> list[str]:
-    """The extra JVM packages: $SPARK_APP_JARS_DIR, else the repository's .cache/jars."""
-    folder = os.environ.get(JARS_DIR_ENV)
-    if not folder:
-        folder = str(Path(__file__).resolve().parents[2] / ".cache" / "jars")
-    found = sorted(glob.glob(os.path.join(folder, "*.jar")))
-    if not found:
+def jars_dir() -> str:
+    """The folder of extra JVM packages: $SPARK_APP_JARS_DIR, else the repository's .cache/jars."""
+    folder = os.environ.get(JARS_DIR_ENV) or str(Path(__file__).resolve().parents[2] / ".cache" / "jars")
+    if not glob.glob(os.path.join(folder, "*.jar")):
         raise RuntimeError(
             f"no JVM packages found in {folder}: run `make jars`, or set {JARS_DIR_ENV} "
             "to the folder holding Delta Lake and hadoop-aws"
         )
-    return found
+    return os.path.realpath(folder)
 
 
 def spark_conf(snapshot: Backend, snapshot_interval_ms: int, extra: Mapping[str, str]) -> dict[str, str]:
@@ -96,7 +93,12 @@ def build_session(conf: Mapping[str, str]) -> SparkSession:
     """Starts (or returns) the process's SparkSession with ``conf``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.config("spark.jars", ",".join(jars()))
+    # On the class path rather than in spark.jars: spark.jars copies every jar (the AWS SDK
+    # bundle alone is 600 MB) into a temporary folder per driver, which a killed driver
+    # leaves behind.
+    classpath = os.path.join(jars_dir(), "*")
+    builder = (SparkSession.builder.config("spark.driver.extraClassPath", classpath)
+               .config("spark.executor.extraClassPath", classpath))
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

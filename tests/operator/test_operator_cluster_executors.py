@@ -4,8 +4,6 @@ driver takes its executors with it; the next epoch gets new ones and resumes."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from ppl_cluster import DRIVER_RBAC, Namespace, Operator, eventually, replay, wordcount, write_words
 
@@ -30,23 +28,17 @@ def test_executors_are_pods_of_the_driver_and_a_relaunch_replaces_them(ns: Names
     ns.rbac.replace_namespaced_role("spark-app-driver", ns.name, EXECUTOR_RBAC)
     data = ns.folder("data")
     write_words(data, "a.csv", ["pear", "plum", "pear"])
-    # Executors download the application's jars into their working directory. The local
-    # node agent starts spark-app containers in the repository (for examples/), so give
-    # them one of their own, on the data claim, through Spark's executor pod template.
-    (data / "executor-work").mkdir()
-    (data / "executor-template.yaml").write_text(
-        "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n    - name: executor\n      workingDir: /data/executor-work\n")
     manifest = wordcount(execution={"mode": "Kubernetes", "executors": {"instances": 1, "cores": 1, "memory": "512m"}})
     manifest["spec"]["application"]["sparkConf"] = {  # executors read the input from the data claim too
         "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.options.claimName": "data",
-        "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.mount.path": "/data",
-        "spark.kubernetes.executor.podTemplateFile": "/data/executor-template.yaml"}
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.mount.path": "/data"}
     ns.apply(manifest)
 
     first = eventually("an executor", lambda: executors(ns), timeout=180)
     owner = ns.core.read_namespaced_pod(first[0], ns.name).metadata.owner_references[0]
     assert (owner.kind, owner.name) == ("Pod", "wordcount-driver")
     eventually("a.csv counted", lambda: replay(data / "result.jsonlines") == {"pear": 2, "plum": 1}, timeout=300)
+    assert "Running task" in ns.core.read_namespaced_pod_log(first[0], ns.name), "the executor ran no task"
 
     write_words(data, "b.csv", ["plum"])
     ns.kill_driver("wordcount")
@@ -54,5 +46,3 @@ def test_executors_are_pods_of_the_driver_and_a_relaunch_replaces_them(ns: Names
     eventually("a new executor for epoch 2", lambda: ns.driver("wordcount", epoch=2) and
                [e for e in executors(ns) if e not in first], timeout=240)
     eventually("b.csv counted", lambda: replay(data / "result.jsonlines") == {"pear": 2, "plum": 2}, timeout=300)
-    assert any((data / "executor-work").iterdir()), "the executors worked elsewhere"
-    shutil.rmtree(data / "executor-work")  # the jars (~700 MB) the executors fetched
