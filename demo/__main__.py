@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 from demo import story
 from demo.story import COMPONENTS_OUTPUT, EDGE_FILES, WORDCOUNT_OUTPUT, Namespace
-from demo.targets import ROOT, LocalTarget
+from demo.targets import LOCAL_VALUES, ROOT, LocalTarget
 
 RELEASE, SYSTEM, NAMESPACE = "persistent-pipelines", "pp-system", "pp-demo"
 CHART = ROOT / "charts" / "persistent-pipelines"
@@ -161,8 +163,8 @@ class Demo:
         parts = []
         for name, output in (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT)):
             status = self.ns.status(name)
-            batch = self.ns.checkpoint(name).get("batch")
-            parts.append(f"{name}: {status.get('phase', '-')}, epoch {self.ns.epoch(name) or '-'}, "
+            batch = story.checkpoint_of(status).get("batch")
+            parts.append(f"{name}: {status.get('phase', '-')}, epoch {story.epoch_of(status) or '-'}, "
                          f"batch {'-' if batch is None else batch}, {story.line_count(self.ns.read(output))} output lines")
         line = " | ".join(parts)
         now = time.monotonic()
@@ -172,7 +174,9 @@ class Demo:
 
     def crash(self) -> None:
         for name, output in (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT)):
-            self.facts[name] = {"epoch_before": self.ns.epoch(name), "batch_before": self.ns.checkpoint(name).get("batch"),
+            status = self.ns.status(name)
+            self.facts[name] = {"epoch_before": story.epoch_of(status),
+                                "batch_before": story.checkpoint_of(status).get("batch"),
                                 "lines_before": story.line_count(self.ns.read(output))}
             self.say(self.target.kill_container(NAMESPACE, f"{name}-driver", "driver"))
 
@@ -185,7 +189,7 @@ class Demo:
             status = self.ns.status(name)
             failure = status.get("lastFailure") or {}
             self.say(f"{name}: {failure.get('reason')} (exit code {failure.get('exitCode')}) at epoch "
-                     f"{failure.get('epoch')}; now epoch {self.ns.epoch(name)}, restarts {status['restarts']['total']}")
+                     f"{failure.get('epoch')}; now epoch {story.epoch_of(status)}, restarts {status['restarts']['total']}")
             for reason, message in self.ns.events(name):
                 if reason in ("DriverLost", "Restarting", "Resumed"):
                     self.say(f"  Event {reason}: {story.first_words(message)}")
@@ -205,7 +209,7 @@ class Demo:
             facts, status = self.facts[name], self.ns.status(name)
             print(f"{name}:")
             print(f"  output lines: {facts['lines_before']} before the kill, {story.line_count(output)} now")
-            print(f"  epoch {facts['epoch_before']} -> {self.ns.epoch(name)}, restarts {status['restarts']['total']}, "
+            print(f"  epoch {facts['epoch_before']} -> {story.epoch_of(status)}, restarts {status['restarts']['total']}, "
                   f"last batch committed before the kill: {facts['batch_before']}")
             print(f"  Resumed: {facts['resumed']}")
             print(f"  input: {fed}; folding the changelog: {table}, no row duplicated or missing; "
@@ -257,11 +261,13 @@ def clean() -> None:
 
 
 def _metric_lines(name: str) -> list[str]:
-    """The operator's own counters, scraped from its metrics port (the chart's local values)."""
+    """The operator's own counters, scraped from its metrics port (all pods listen on the
+    host's loopback on the local cluster; the port is the chart's local value)."""
     import urllib.request
 
+    port = yaml.safe_load(LOCAL_VALUES.read_text())["operator"]["metrics"]["port"]
     try:
-        with urllib.request.urlopen("http://127.0.0.1:19090/metrics", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
     except OSError:
         return []

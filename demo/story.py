@@ -151,8 +151,7 @@ class Namespace:
         return pod
 
     def epoch(self, pipeline: str) -> int | None:
-        epoch = (self.status(pipeline).get("driver") or {}).get("epoch")
-        return int(epoch) if epoch is not None else None
+        return epoch_of(self.status(pipeline))
 
     def events(self, pipeline: str) -> list[tuple[str, str]]:
         """(reason, message) of the Events about a pipeline, oldest first."""
@@ -162,10 +161,7 @@ class Namespace:
         return [(e["reason"], e["message"]) for e in items]
 
     def checkpoint(self, pipeline: str) -> dict[str, Any]:
-        """The last committed batch the operator saw: status.checkpoint.queries' only query."""
-        queries = (self.status(pipeline).get("checkpoint") or {}).get("queries") or {}
-        found: dict[str, Any] = next(iter(queries.values()), {})
-        return found
+        return checkpoint_of(self.status(pipeline))
 
     def report(self, pipeline: str) -> dict[str, Any]:
         """The running driver's own report (its pod's sparkapp.dev/status annotation): the
@@ -180,6 +176,19 @@ class Namespace:
 
     def write(self, relative: str, content: str, claim: str = "data") -> None:
         self.target.write_file(self.name, claim, relative, content)
+
+
+def epoch_of(status: Mapping[str, Any]) -> int | None:
+    """The epoch of the pipeline's current driver, from its status."""
+    epoch = (status.get("driver") or {}).get("epoch")
+    return int(epoch) if epoch is not None else None
+
+
+def checkpoint_of(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The last commit the operator saw of a one-output pipeline: status.checkpoint.queries' only query."""
+    queries = (status.get("checkpoint") or {}).get("queries") or {}
+    found: dict[str, Any] = next(iter(queries.values()), {})
+    return found
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float,
