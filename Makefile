@@ -170,19 +170,19 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	@echo ">>> lint"
 	@$(MAKE) lint
 	@echo ">>> unit tests"
-	$(PYTEST) tests/unit -q $(PYTEST_ARGS)
+	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> local control plane"
-	$(PYTEST) tests/cluster -q $(PYTEST_ARGS)
+	$(PYTEST) tests/cluster -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> spark_app on real Spark (filesystem and S3 backends)"
-	$(PYTEST) tests/integration -q $(PYTEST_ARGS)
+	$(PYTEST) tests/integration -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
-	$(PYTEST) tests/operator -q $(PYTEST_ARGS)
+	$(PYTEST) tests/operator -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
-	$(PYTEST) tests/e2e -q $(PYTEST_ARGS)
+	$(PYTEST) tests/e2e -q --durations=5 $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
-	$(PYTEST) tests/unit -q $(PYTEST_ARGS)
+	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
 
 .PHONY: test-chaos
 test-chaos: setup ## kill -9 the driver at random moments, CHAOS_ROUNDS times (default 25); the output must stay exact.
