@@ -112,7 +112,7 @@ class Pipeline:
             if kind != "jsonlines":
                 raise PipelineError(f"output {name!r}: an iterate result can be written as JSON lines only")
             output = JsonLinesOutput(name, path, None)
-            df.sink.attach(df.table, output)
+            df.sink.attach(df.table, output, df.columns)
             return output
         if not df.isStreaming:
             raise PipelineError(f"output {name!r} is given a static DataFrame; outputs take the "
@@ -176,6 +176,12 @@ class IterateTable:
 
     sink: IterateSink
     table: str
+    columns: tuple[str, ...] | None = None
+
+    def select(self, *columns: str) -> IterateTable:
+        """Only these columns of the result reach the output; a change in the others (such
+        as bookkeeping the step keeps for itself) emits nothing."""
+        return IterateTable(self.sink, self.table, tuple(columns))
 
 
 def _source_ids(df: DataFrame) -> tuple[str, ...]:

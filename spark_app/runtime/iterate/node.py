@@ -71,7 +71,7 @@ class IterateSink(Sink):
     def __init__(self, spec: IterateSpec, spark: SparkSession) -> None:
         self.spec = spec
         self._spark = spark
-        self.downstream: dict[str, list[Output]] = {name: [] for name in spec.iterated}
+        self.downstream: dict[str, list[tuple[Output, tuple[str, ...] | None]]] = {n: [] for n in spec.iterated}
         self._store: IterateStore | None = None
         self._committed = _Cached(meta={})
         self._pending: _Cached | None = None
@@ -79,11 +79,12 @@ class IterateSink(Sink):
 
     # ---- wiring ------------------------------------------------------------------------
 
-    def attach(self, table: str, output: Output) -> None:
-        self.downstream[table].append(output)
+    def attach(self, table: str, output: Output, columns: tuple[str, ...] | None = None) -> None:
+        """Feeds ``output`` the changes of ``table`` (of its ``columns`` only, if given)."""
+        self.downstream[table].append((output, columns))
 
     def outputs(self) -> list[Output]:
-        return [o for outputs in self.downstream.values() for o in outputs]
+        return [o for outputs in self.downstream.values() for o, _ in outputs]
 
     def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
         for output in self.outputs():
@@ -140,10 +141,10 @@ class IterateSink(Sink):
         inserted, deleted = {}, {}
         counted = Change(0, 0)
         for name, change in changes.items():
-            change = change.localCheckpoint(eager=True)
-            inserted[name] = change.where(F.col(DIFF) > 0).drop(DIFF)
-            deleted[name] = change.where(F.col(DIFF) < 0).drop(DIFF)
-            counted = _count(change, counted)
+            net = _net(change).localCheckpoint(eager=True)  # a row inserted and deleted in one batch cancels out
+            inserted[name] = net.where(F.col(DIFF) > 0).drop(DIFF)
+            deleted[name] = net.where(F.col(DIFF) < 0).drop(DIFF)
+            counted = _count(net, counted)
         counted_contents = {name: self._fold(previous[name], changes.get(name)) for name in spec.tables}
         for name in changes:
             if name in spec.streaming:
@@ -161,11 +162,12 @@ class IterateSink(Sink):
         for name, df in result.items():
             versions.setdefault("result", {})[name] = store.write("result", name, df)
         clock.lap("store result")
-        emitted, changelog = self._emit(result)
+        previously_emitted = {name: self._emitted(name) for name in result}
+        emitted = self._emit(result)
         for name, df in emitted.items():
             if spec.convergence.tolerance is not None:
                 versions.setdefault("emitted", {})[name] = store.write("emitted", name, df)
-        outputs = self._write_outputs(changelog, emitted, batch_id, batch_time_ms)
+        outputs = self._write_outputs(previously_emitted, emitted, batch_id, batch_time_ms)
         clock.lap("emit changes")
         new_meta = self._meta(meta, decision, iterations, converged, seconds, versions, result, restart)
         new_meta["run_seconds"] = round(clock.total(), 3)
@@ -179,9 +181,8 @@ class IterateSink(Sink):
         newly added output needs."""
         meta = self._committed.meta
         emitted = {name: self._emitted(name) for name in self.spec.iterated
-                   if any(o.name in self._fresh for o in self.downstream[name])}
-        outputs = self._write_outputs({name: df.limit(0).withColumn("diff", F.lit(1)) for name, df in emitted.items()},
-                                      emitted, batch_id, batch_time_ms)
+                   if any(o.name in self._fresh for o, _ in self.downstream[name])}
+        outputs = self._write_outputs(emitted, emitted, batch_id, batch_time_ms)
         clock.lap("emit to new outputs")
         runs = dict(meta.get("runs", {}))
         runs[Mode.REUSE.value] = runs.get(Mode.REUSE.value, 0) + 1
@@ -192,12 +193,19 @@ class IterateSink(Sink):
         self._pending = _Cached(new_meta, self._committed.contents, self._committed.result, self._committed.emitted)
         return Written(outputs, new_meta)
 
-    def _write_outputs(self, changelog: Mapping[str, DataFrame], emitted: Mapping[str, DataFrame], batch_id: int,
+    def _write_outputs(self, before: Mapping[str, DataFrame], after: Mapping[str, DataFrame], batch_id: int,
                        batch_time_ms: int) -> dict[str, Any]:
+        """Gives each output the changelog from what it holds (``before``, or nothing for a new
+        output) to ``after``, in the columns it takes."""
         heads = {}
-        for name, changes in changelog.items():
-            for output in self.downstream[name]:
-                rows = emitted[name].withColumn("diff", F.lit(1)) if output.name in self._fresh else changes
+        for name, new in after.items():
+            for output, columns in self.downstream[name]:
+                if output.name in self._fresh:
+                    rows = _project(new, columns).withColumn("diff", F.lit(1))
+                elif before[name] is new:
+                    continue
+                else:
+                    rows = _changes(_project(before[name], columns), _project(new, columns))
                 heads[output.name] = output.write(Batch(batch_id, batch_time_ms, rows, changelog=True))
         return heads
 
@@ -218,7 +226,8 @@ class IterateSink(Sink):
             fresh = {n: contents[n] for n in inputs}
             changed = start
         else:
-            start = {n: self._warm_start(n, contents[n], inserted.get(n), decision, deleted) for n in spec.iterated}
+            start = {n: self._warm_start(n, contents[n], inserted.get(n), decision, deleted, inputs)
+                     for n in spec.iterated}
             fresh = {n: inserted.get(n, contents[n].limit(0)) for n in inputs}
             changed = start if decision.mode is Mode.PARTIAL or spec.kind is Kind.CONTRACTION else {
                 n: inserted.get(n, contents[n].limit(0)) for n in spec.iterated}
@@ -233,12 +242,12 @@ class IterateSink(Sink):
         return outcome.tables, outcome.iterations, outcome.converged, outcome.seconds
 
     def _warm_start(self, name: str, initial: DataFrame, inserted: DataFrame | None, decision: Decision,
-                    deleted: Mapping[str, DataFrame]) -> DataFrame:
+                    deleted: Mapping[str, DataFrame], inputs: Mapping[str, DataFrame]) -> DataFrame:
         stored = self._result(name)
         if decision.mode is Mode.PARTIAL:
             assert self.spec.invalidate is not None
             reset = self.spec.invalidate(**{n: self._result(n) for n in self.spec.iterated},
-                                         deleted=deleted, **self._committed_inputs())
+                                         deleted=deleted, **inputs)
             stored = stored.subtract(reset[name].select(*stored.columns)) if name in reset else stored
             return stored.unionByName(initial)
         if inserted is None:
@@ -249,19 +258,16 @@ class IterateSink(Sink):
             return stored.unionByName(inserted.join(stored.select(*key), on=list(key), how="left_anti"))
         return stored.unionByName(inserted)
 
-    def _emit(self, result: Mapping[str, DataFrame]) -> tuple[dict[str, DataFrame], dict[str, DataFrame]]:
-        """What the outputs now hold, and the changelog (rows plus diff) that gets them there."""
-        emitted, changelog = {}, {}
+    def _emit(self, result: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+        """What the outputs will hold: F, except that a contraction's changes below the
+        tolerance keep the value last emitted."""
+        emitted = {}
         for name, new in result.items():
-            old = self._emitted(name)
             key = self.spec.convergence.key.get(name)
             if self.spec.convergence.tolerance is not None and key:
-                new = _hold_small_changes(old, new, key, self.spec.convergence.tolerance)
-            new = new.localCheckpoint(eager=True)
-            emitted[name] = new
-            changelog[name] = (old.subtract(new).withColumn("diff", F.lit(-1))
-                               .unionByName(new.subtract(old).withColumn("diff", F.lit(1))))
-        return emitted, changelog
+                new = _hold_small_changes(self._emitted(name), new, key, self.spec.convergence.tolerance)
+            emitted[name] = new.localCheckpoint(eager=True)
+        return emitted
 
     # ---- the committed state -------------------------------------------------------------
 
@@ -272,9 +278,6 @@ class IterateSink(Sink):
             self._committed.contents[name] = self._store.read_contents(
                 name, version, self.spec.schemas[name]).localCheckpoint(eager=True)
         return self._committed.contents[name]
-
-    def _committed_inputs(self) -> dict[str, DataFrame]:
-        return {n: self._contents(n).drop(DIFF) for n in self.spec.tables if n not in self.spec.iterated}
 
     def _result(self, name: str) -> DataFrame:
         if name not in self._committed.result:
@@ -337,6 +340,11 @@ class IterateSink(Sink):
         }
 
 
+def _net(change: DataFrame) -> DataFrame:
+    columns = [c for c in change.columns if c != DIFF]
+    return change.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) != 0)
+
+
 def _count(change: DataFrame, so_far: Change) -> Change:
     row = change.agg(F.sum(F.when(F.col(DIFF) > 0, 1).otherwise(0)).alias("inserted"),
                      F.sum(F.when(F.col(DIFF) < 0, 1).otherwise(0)).alias("deleted")).first()
@@ -363,6 +371,15 @@ class _Phases:
 
     def __str__(self) -> str:
         return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in self._laps.items())
+
+
+def _project(df: DataFrame, columns: tuple[str, ...] | None) -> DataFrame:
+    return df if columns is None else df.select(*columns).distinct()
+
+
+def _changes(before: DataFrame, after: DataFrame) -> DataFrame:
+    return (before.subtract(after).withColumn("diff", F.lit(-1))
+            .unionByName(after.subtract(before).withColumn("diff", F.lit(1))))
 
 
 def _hold_small_changes(old: DataFrame, new: DataFrame, key: tuple[str, ...], tolerance: float) -> DataFrame:

@@ -31,7 +31,7 @@ import connected_components as cc  # noqa: E402
 
 pytestmark = pytest.mark.spark
 EDGES = "u BIGINT, v BIGINT"
-LABELS = "vertex BIGINT, label BIGINT"
+LABELS = "vertex BIGINT, label BIGINT, depth INT, parent BIGINT"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ class Components:
         )
         self.sink = IterateSink(spec, spark)
         self.output = JsonLinesOutput("labels", str(folder / "labels.jsonlines"), None)
-        self.sink.attach("labels", self.output)
+        self.sink.attach("labels", self.output, ("vertex", "label"))
         self.storage = Backend.filesystem(folder / "state").storage()
         self.sink.recover(None, self.storage)
 
@@ -65,7 +65,7 @@ class Components:
         rows = []
         for u, v, diff in changes:
             rows.append(("edges", json.dumps({"u": u, "v": v}), diff))
-            rows += [("labels", json.dumps({"vertex": x, "label": x}), diff) for x in (u, v)]
+            rows += [("labels", json.dumps({"vertex": x, "label": x, "depth": 0, "parent": x}), diff) for x in (u, v)]
         df = self.spark.createDataFrame(rows, "_table STRING, _row STRING, _diff INT")
         written = self.sink.write(Batch(self.batch, self.batch, df))
         self.sink.committed(written)
@@ -154,7 +154,7 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
     restarted = Components.__new__(Components)
     restarted.__dict__.update(first.__dict__)
     restarted.sink = IterateSink(first.sink.spec, spark)
-    restarted.sink.attach("labels", first.output)
+    restarted.sink.attach("labels", first.output, ("vertex", "label"))
     from spark_app.state.records import QueryHead
 
     head = QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta,
@@ -237,3 +237,10 @@ def test_a_contraction_warm_starts_and_matches_a_cold_run_within_the_tolerance(s
     assert max(abs(warm.stored()[n] - reference[n]) for n in reference) <= BOUND
     # The outputs saw every change above the tolerance and none below it.
     assert max(abs(warm.emitted()[n] - warm.stored()[n]) for n in reference) <= TOLERANCE
+
+
+def test_an_edge_inserted_and_deleted_in_one_batch_leaves_no_trace(spark: SparkSession, tmp_path: Path) -> None:
+    components = Components(spark, tmp_path)
+    components.apply([(0, 0, 1)])
+    components.apply([(1, 0, 1), (1, 0, -1), (2, 3, 1)])
+    assert components.labels() == {0: 0, 2: 2, 3: 2}
