@@ -73,6 +73,7 @@ def run_fixed_point(
     began = time.monotonic()
     wants_delta = "delta" in inspect.signature(step).parameters
     current = {name: _materialize(df.distinct()) for name, df in start.items()}
+    sizes = {name: df.count() for name, df in current.items()}
     changed: Mapping[str, DataFrame] = changed_first
     iteration = 0
     while limit is None or iteration < limit:
@@ -86,11 +87,13 @@ def run_fixed_point(
         following = {name: _materialize(produced[name].select(*current[name].columns).distinct())
                      for name in current}
         progress(iteration)
-        done = _same(current, following, convergence)
-        changed = {name: following[name].subtract(current[name]) for name in current}
-        for df in current.values():
+        # Computed once, for the next step's delta and for the exact convergence test.
+        added = {name: _materialize(following[name].subtract(current[name])) for name in current}
+        following_sizes = {name: df.count() for name, df in following.items()}
+        done = _same(current, following, added, sizes, following_sizes, convergence)
+        for df in [*current.values(), *(changed.values() if iteration > 1 else ())]:
             df.unpersist()
-        current = following
+        current, sizes, changed = following, following_sizes, added
         if done:
             return Outcome(current, iteration, True, time.monotonic() - began)
     return Outcome(current, iteration, False, time.monotonic() - began)
@@ -126,10 +129,13 @@ def _check_tables(produced: Any, current: Mapping[str, DataFrame]) -> None:
         raise ValueError(f"the iterate step did not return the iterated tables {sorted(missing)}")
 
 
-def _same(before: Mapping[str, DataFrame], after: Mapping[str, DataFrame], convergence: Convergence) -> bool:
+def _same(before: Mapping[str, DataFrame], after: Mapping[str, DataFrame], added: Mapping[str, DataFrame],
+          before_sizes: Mapping[str, int], after_sizes: Mapping[str, int], convergence: Convergence) -> bool:
+    """Whether two successive iterations count as the same. Exactly: the tables are sets, so
+    equal sizes and nothing added means equal."""
     for name in before:
         if convergence.tolerance is None or name not in convergence.key:
-            if before[name].count() != after[name].count() or not before[name].subtract(after[name]).isEmpty():
+            if before_sizes[name] != after_sizes[name] or not added[name].isEmpty():
                 return False
         elif max_change(before[name], after[name], convergence.key[name]) > convergence.tolerance:
             return False
