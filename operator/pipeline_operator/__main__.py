@@ -9,6 +9,7 @@ Every flag has a PIPELINE_OPERATOR_<NAME> variable (see pipeline_operator.settin
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from collections.abc import Sequence
@@ -34,7 +35,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kopf.objects").addFilter(_quiet_wakeups)
     metrics = Metrics()
     if settings.metrics_port:
-        metrics.serve(settings.metrics_port, settings.liveness_host)
+        try:
+            metrics.serve(settings.metrics_port, settings.liveness_host)
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+            logging.getLogger(__name__).error(
+                "the metrics port %s:%d is taken by another process; on a shared host network, give each "
+                "operator its own --metrics-port (the chart's operator.metrics.port), or 0 to turn metrics off",
+                settings.liveness_host, settings.metrics_port)
+            return 1
     assert handlers.RESOURCE  # importing the module registers the handlers with kopf
     kopf.run(
         clusterwide=not settings.namespaces,

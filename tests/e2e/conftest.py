@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from e2e_release import CHART, Release
+from e2e_release import CHART, KUBECTL_PATH_MANIFEST, Release
 
 from demo.story import Namespace
 from demo.targets import LocalTarget, Target, from_environment
@@ -24,9 +24,12 @@ def target() -> Iterator[Target]:
     chosen = from_environment()
     if isinstance(chosen, LocalTarget):
         chosen.start()
-    yield chosen
-    if isinstance(chosen, LocalTarget) and chosen.started_here:
-        chosen.stop()
+    try:
+        remove_leftovers(chosen)
+        yield chosen
+    finally:
+        if isinstance(chosen, LocalTarget) and chosen.started_here:
+            chosen.stop()
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +51,30 @@ def cleanup(release: Release) -> None:
     target, jobs = release.target, release.jobs.name
     names = target.kubectl("get", "ppl", "-n", jobs, "-o", "name", check=False).split()
     if names and release.installed():
-        target.kubectl("delete", "-n", jobs, *names, "--timeout=120s", check=False)
+        target.kubectl("delete", "-n", jobs, *names, "--timeout=120s", check=False, timeout=180)
     for name in target.kubectl("get", "ppl", "-n", jobs, "-o", "name", check=False).split():
         target.kubectl("patch", "-n", jobs, name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
                        check=False)
     if release.installed():
         release.uninstall()
-    target.kubectl("delete", "namespace", jobs, release.system, "--ignore-not-found", "--timeout=180s", check=False)
+    target.kubectl("delete", "namespace", jobs, release.system, "--ignore-not-found", "--timeout=180s", check=False,
+                   timeout=240)
     target.forget_claims(jobs)
+
+
+def remove_leftovers(target: Target) -> None:
+    """Removes what an interrupted earlier run left on a cluster that keeps its state: its
+    operator would still hold the host ports (on the local cluster) and serve its namespaces.
+    No graceful stops here: the operator goes first, then the pipelines' finalizers."""
+    namespaces = target.kubectl("get", "namespaces", "-o", "name", check=False).split()
+    for system in (name.removeprefix("namespace/") for name in namespaces):
+        if not system.startswith("pp-e2e-system-"):
+            continue
+        leftover = Release(target, "persistent-pipelines", system,
+                           Namespace(target, "pp-e2e-" + system.removeprefix("pp-e2e-system-")))
+        print(f"removing the leftovers of an interrupted e2e run ({leftover.system}, {leftover.jobs.name})")
+        if leftover.installed():
+            leftover.uninstall()
+        cleanup(leftover)
+    target.kubectl("delete", "-f", str(KUBECTL_PATH_MANIFEST), "--ignore-not-found", "--wait=true",
+                   "--timeout=120s", check=False, timeout=180)

@@ -10,6 +10,7 @@ from demo.targets import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "persistent-pipelines"
+KUBECTL_PATH_MANIFEST = ROOT / "deploy" / "persistent-pipelines.yaml"
 
 
 @dataclass

@@ -1,0 +1,58 @@
+"""The kubectl path: `kubectl apply -f crds/` and `kubectl apply -f deploy/persistent-pipelines.yaml`
+install a working operator without Helm (cluster-wide, drivers in `default`).
+
+It runs before the story (tests/e2e/test_e2e_story.py) and removes everything it applied:
+this operator serves all namespaces, so it must be gone before another one serves any."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from e2e_release import KUBECTL_PATH_MANIFEST as MANIFEST
+from e2e_release import ROOT
+
+from demo.story import Namespace, wait_for
+from demo.targets import Target
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
+
+# A stand-in driver (a shell, not Spark): this is about the install, not the runtime.
+STAND_IN = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+PIPELINE = {
+    "apiVersion": "sparkapp.dev/v1alpha1", "kind": "PersistentPipeline", "metadata": {"name": "e2e-kubectl-path"},
+    "spec": {"application": {"file": "examples/wordcount.py"},
+             "driver": {"serviceAccountName": "spark-app-driver", "terminationGracePeriodSeconds": 5,
+                        "podTemplate": {"spec": {"containers": [{"name": "driver", "command": STAND_IN}]}}},
+             "persistence": {"filesystem": {"claimName": "e2e-kubectl-path"}}},
+}
+CLAIM = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "e2e-kubectl-path"},
+         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+
+
+@pytest.fixture
+def applied(target: Target) -> Iterator[Target]:
+    target.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    target.kubectl("apply", "-f", str(MANIFEST))
+    yield target
+    name = PIPELINE["metadata"]["name"]
+    target.kubectl("delete", "ppl", name, "-n", "default", "--ignore-not-found", "--timeout=60s", check=False)
+    target.kubectl("patch", "ppl", name, "-n", "default", "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                   check=False)  # only if the operator could not release it
+    target.kubectl("delete", "-f", str(MANIFEST), "--ignore-not-found", "--wait=true", "--timeout=120s")
+    target.kubectl("delete", "pvc", CLAIM["metadata"]["name"], "-n", "default", "--ignore-not-found")
+
+
+def test_the_rendered_manifest_installs_an_operator_that_serves_pipelines(applied: Target) -> None:
+    applied.kubectl("rollout", "status", "statefulset/persistent-pipelines-operator", "-n", "persistent-pipelines",
+                    "--timeout=180s")
+    default = Namespace(applied, "default")
+    applied.kubectl("apply", "-n", "default", "-f", "-", stdin=json.dumps(CLAIM))
+    applied.kubectl("apply", "-n", "default", "-f", "-", stdin=json.dumps(PIPELINE))
+    driver = wait_for("a driver pod created by the operator", lambda: default.driver("e2e-kubectl-path"), 120)
+    assert driver["spec"]["serviceAccountName"] == "spark-app-driver"
+    assert driver["metadata"]["annotations"]["sparkapp.dev/epoch"] == "1"
+    wait_for("phase Running", lambda: default.status("e2e-kubectl-path").get("phase") == "Running", 60)
+    log = applied.kubectl("logs", "-n", "persistent-pipelines", "persistent-pipelines-operator-0")
+    assert "Forbidden" not in log, log[-2000:]
