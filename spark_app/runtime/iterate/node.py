@@ -16,6 +16,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import and_
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -137,15 +139,18 @@ class IterateSink(Sink):
                 return self._reuse(decision, batch_id, batch_time_ms, restart, clock)
         versions: dict[str, Any] = {k: dict(v) for k, v in meta.get("versions", {"inputs": {}}).items()}
         versions.setdefault("inputs", {})
-        previous = {name: self._contents(name) for name in spec.tables}
-        inserted, deleted = {}, {}
+        # Changed tables are read lazily: folding the changes in materializes them once.
+        previous = {name: self._contents(name, materialized=name not in changes) for name in spec.tables}
+        inserted, deleted, nets = {}, {}, {}
         counted = Change(0, 0)
         for name, change in changes.items():
-            net = _net(change).localCheckpoint(eager=True)  # a row inserted and deleted in one batch cancels out
+            nets[name] = net = _net(change).localCheckpoint(eager=True)  # inserted and deleted at once: no trace
             inserted[name] = net.where(F.col(DIFF) > 0).drop(DIFF)
             deleted[name] = net.where(F.col(DIFF) < 0).drop(DIFF)
-            counted = _count(net, counted)
-        counted_contents = {name: self._fold(previous[name], changes.get(name)) for name in spec.tables}
+            table = _count(net)
+            counted = Change(counted.inserted + table.inserted, counted.deleted + table.deleted)
+            previous[name] = _fold(previous[name], net, table.inserted + table.deleted, self._nothing_stored(name))
+        counted_contents = previous
         for name in changes:
             if name in spec.streaming:
                 versions["inputs"][name] = store.append_changes(name, changes[name], batch_id)
@@ -271,13 +276,23 @@ class IterateSink(Sink):
 
     # ---- the committed state -------------------------------------------------------------
 
-    def _contents(self, name: str) -> DataFrame:
-        if name not in self._committed.contents:
-            version = self._committed.meta.get("versions", {}).get("inputs", {}).get(name)
-            assert self._store is not None
-            self._committed.contents[name] = self._store.read_contents(
-                name, version, self.spec.schemas[name]).localCheckpoint(eager=True)
+    def _contents(self, name: str, materialized: bool = True) -> DataFrame:
+        """A table's committed rows with their multiplicities; read from the store after a
+        restart, and kept (materialized) only if ``materialized``."""
+        if name in self._committed.contents:
+            return self._committed.contents[name]
+        assert self._store is not None
+        read = self._store.read_contents(name, self._stored_version(name), self.spec.schemas[name])
+        if not materialized:
+            return read
+        self._committed.contents[name] = read.localCheckpoint(eager=True)
         return self._committed.contents[name]
+
+    def _stored_version(self, name: str) -> int | None:
+        return self._committed.meta.get("versions", {}).get("inputs", {}).get(name)
+
+    def _nothing_stored(self, name: str) -> bool:
+        return name not in self._committed.contents and self._stored_version(name) is None
 
     def _result(self, name: str) -> DataFrame:
         if name not in self._committed.result:
@@ -295,16 +310,6 @@ class IterateSink(Sink):
         assert self._store is not None
         version = self._committed.meta.get("versions", {}).get(kind, {}).get(name)
         return self._store.read(kind, name, version, self.spec.schemas[f"result:{name}"]).localCheckpoint(eager=True)
-
-    def _fold(self, contents: DataFrame, change: DataFrame | None) -> DataFrame:
-        """Applies changes to contents, both with multiplicities in ``_diff``: a row deleted
-        once of two insertions stays."""
-        if change is None:
-            return contents
-        columns = [c for c in contents.columns if c != DIFF]
-        merged = contents.unionByName(change.select(*columns, F.col(DIFF).cast("int").alias(DIFF)))
-        return (merged.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) > 0)
-                .localCheckpoint(eager=True))
 
     def _decode(self, df: DataFrame, name: str) -> DataFrame:
         schema = self.spec.schemas[name]
@@ -345,10 +350,39 @@ def _net(change: DataFrame) -> DataFrame:
     return change.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) != 0)
 
 
-def _count(change: DataFrame, so_far: Change) -> Change:
+# Up to this many changed rows, folding them in scans the contents once instead of shuffling them.
+_BROADCAST_ROWS = 200_000
+
+
+def _fold(contents: DataFrame, net: DataFrame, rows: int, empty: bool) -> DataFrame:
+    """Applies netted changes to contents, both with multiplicities in ``_diff`` (a row
+    deleted once of two insertions stays); the result is materialized.
+
+    Only the contents' rows that the changes touch are regrouped: with few changes, these
+    are found with a broadcast of the changed rows, so the contents are scanned but not
+    shuffled."""
+    columns = [c for c in contents.columns if c != DIFF]
+    net = net.select(*columns, F.col(DIFF).cast("int").alias(DIFF))
+    if empty:
+        folded = net.where(F.col(DIFF) > 0)
+    else:
+        if rows <= _BROADCAST_ROWS:
+            keys = F.broadcast(net.select(*columns)).alias("k")
+            stored = contents.alias("c")
+            same = reduce(and_, [F.col(f"c.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in columns])
+            untouched = stored.join(keys, same, "left_anti")
+            touched = stored.join(keys, same, "left_semi").unionByName(net)
+        else:
+            untouched, touched = contents.limit(0), contents.unionByName(net)
+        regrouped = touched.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) > 0)
+        folded = untouched.unionByName(regrouped)
+    return folded.localCheckpoint(eager=True)
+
+
+def _count(change: DataFrame) -> Change:
     row = change.agg(F.sum(F.when(F.col(DIFF) > 0, 1).otherwise(0)).alias("inserted"),
                      F.sum(F.when(F.col(DIFF) < 0, 1).otherwise(0)).alias("deleted")).first()
-    return Change(so_far.inserted + int(row["inserted"] or 0), so_far.deleted + int(row["deleted"] or 0))
+    return Change(int(row["inserted"] or 0), int(row["deleted"] or 0))
 
 
 class _Phases:
