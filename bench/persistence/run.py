@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shutil
 import statistics
@@ -73,6 +74,9 @@ def overhead(work: Path, rows: int, rounds: int) -> dict[str, object]:
                 theirs.append(run.seconds)
             if run.returncode != 0:
                 raise SystemExit(f"{name} failed; see {folder / 'driver.log'}")
+            counted = _counted_words(folder / "out.jsonlines", changelog=name == "spark_app")
+            if counted != rows:
+                raise SystemExit(f"{name} counted {counted:,} words of {rows:,}; see {folder}")
             progress(f"overhead round {round_number + 1}/{rounds}: {name} {run.seconds:.1f}s")
     ratio = statistics.median(ours) / statistics.median(theirs)
     progress(f"overhead: spark_app {statistics.median(ours):.1f}s vs Structured Streaming "
@@ -106,6 +110,19 @@ def resume_versus_recompute(work: Path, sizes: list[int]) -> list[dict[str, obje
         results.append({"history_rows": rows, "resume_seconds": resumed.seconds,
                         "recompute_seconds": recomputed.seconds, "ratio": round(ratio, 3)})
     return results
+
+
+def _counted_words(path: Path, changelog: bool) -> int:
+    """The sum of the final counts: from spark_app's changelog (rows with diff), or from the
+    baseline's update-mode rows (the last row of each word holds its count)."""
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if not changelog or row["diff"] > 0:
+            counts[row["word"]] = row["count"]
+        elif counts.get(row["word"]) == row["count"]:
+            del counts[row["word"]]
+    return sum(counts.values())
 
 
 def _has(path: Path, word: str) -> bool:
