@@ -96,12 +96,17 @@ def folded_counts(changelog: str | None) -> dict[str, int]:
 
 
 def expected_labels(files: Iterable[list[tuple[int, int, int]]]) -> dict[int, int]:
-    """Connected components of the live edges (their diffs summed), each vertex labelled
-    with the smallest vertex of its component: a union-find, no Spark."""
+    """Connected components of the live edges of ``files`` (their diffs summed); see components."""
     multiplicity: Counter[tuple[int, int]] = Counter()
     for edges in files:
         for u, v, diff in edges:
             multiplicity[(u, v)] += diff
+    return components(multiplicity)
+
+
+def components(live: Mapping[tuple[int, int], int]) -> dict[int, int]:
+    """Each vertex of the edges with a positive count, labelled with the smallest vertex of
+    its component: a union-find, no Spark (the reference the Spark results are checked against)."""
     parent: dict[int, int] = {}
 
     def root(x: int) -> int:
@@ -109,7 +114,7 @@ def expected_labels(files: Iterable[list[tuple[int, int, int]]]) -> dict[int, in
             x = parent[x]
         return x
 
-    for (u, v), count in multiplicity.items():
+    for (u, v), count in live.items():
         if count > 0:
             a, b = root(u), root(v)
             parent[max(a, b)] = min(a, b)

@@ -198,6 +198,20 @@ def _validity(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
     return builder.not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + VALIDITY)
 
 
+def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
     name = _name("localcluster-ca")
     builder = _validity(
@@ -208,20 +222,7 @@ def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
         .serial_number(x509.random_serial_number())
     )
     builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-    builder = builder.add_extension(
-        x509.KeyUsage(
-            digital_signature=True,
-            content_commitment=False,
-            key_encipherment=False,
-            data_encipherment=False,
-            key_agreement=False,
-            key_cert_sign=True,
-            crl_sign=True,
-            encipher_only=False,
-            decipher_only=False,
-        ),
-        critical=True,
-    )
+    builder = builder.add_extension(_key_usage(signs_certificates=True), critical=True)
     builder = builder.add_extension(
         x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
     )
@@ -242,20 +243,7 @@ def _leaf_certificate(
         .serial_number(x509.random_serial_number())
     )
     builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-    builder = builder.add_extension(
-        x509.KeyUsage(
-            digital_signature=True,
-            content_commitment=False,
-            key_encipherment=False,
-            data_encipherment=False,
-            key_agreement=False,
-            key_cert_sign=False,
-            crl_sign=False,
-            encipher_only=False,
-            decipher_only=False,
-        ),
-        critical=True,
-    )
+    builder = builder.add_extension(_key_usage(signs_certificates=False), critical=True)
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] * spec.server + [ExtendedKeyUsageOID.CLIENT_AUTH] * spec.client
     builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     builder = builder.add_extension(

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from demo import story
 from spark_app.persistence import Backend
 from spark_app.runtime.iterate.engine import Convergence, fingerprint
 from spark_app.runtime.iterate.node import IterateSink, IterateSpec
@@ -78,22 +79,6 @@ class Components:
         return {row["vertex"]: row["label"] for row in table.values()}
 
 
-def reference(live: dict[tuple[int, int], int]) -> dict[int, int]:
-    """Connected components by union-find: each vertex labelled with its component's smallest id."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    for (u, v), count in live.items():
-        if count > 0:
-            a, b = find(u), find(v)
-            parent[max(a, b)] = min(a, b)
-    return {x: find(x) for x in parent}
-
-
 batches = st.lists(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7), st.booleans()), min_size=1, max_size=5),
                    min_size=2, max_size=4)
 
@@ -118,7 +103,7 @@ def test_after_every_batch_the_warm_result_equals_a_cold_computation(spark: Spar
             continue
         meta = components.apply(changes)
         assert meta["converged"]
-        assert components.labels() == reference(live), meta
+        assert components.labels() == story.components(live), meta
 
 
 def test_a_deletion_that_splits_a_component_is_rederived(spark: SparkSession, tmp_path: Path) -> None:
