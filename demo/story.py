@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import random
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from demo.targets import Target
+from localcluster import testing
 
 T = TypeVar("T")
 GROUP = "sparkapp.dev"
@@ -196,19 +196,10 @@ def checkpoint_of(status: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float,
-             every: float = 2.0, progress: Callable[[], None] | None = None) -> T:
-    """Polls until probe() returns something truthy; fails after the deadline with `what`."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        if progress is not None:
-            progress()
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last seen: {last!r})")
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 2.0,
+             progress: Callable[[], None] | None = None) -> T:
+    """localcluster's poller, at the pace of kubectl calls (every 2 s)."""
+    return testing.wait_for(what, probe, timeout, every, progress)
 
 
 def resumed_from(events: Iterable[tuple[str, str]]) -> list[str]:

@@ -21,17 +21,21 @@ from localcluster.procs import ProcessRecord, is_alive
 T = TypeVar("T")
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, every: float = 0.1) -> T:
-    """Polls until probe() returns something truthy and returns it; after the deadline,
-    fails with `what` and the last value seen. Never retries past the deadline."""
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, every: float = 0.1,
+             progress: Callable[[], None] | None = None) -> T:
+    """Polls until probe() returns something truthy and returns it, calling progress()
+    between polls; after the deadline, raises TimeoutError with `what` and the last value
+    seen. Never retries past the deadline."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
         last = probe()
         if last:
             return last
+        if progress is not None:
+            progress()
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last seen: {last!r})")
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last seen: {last!r})")
 
 
 def kubectl(info: ClusterInfo, *args: str, timeout: float = 30.0, layout: Layout | None = None) -> str:
