@@ -16,8 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import reduce
-from operator import and_
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -27,7 +25,7 @@ from pyspark.sql.types import StructType
 from spark_app.runtime.faults import IN_ITERATION, crash_point
 from spark_app.runtime.iterate.engine import Convergence, Step, max_change, run_fixed_point
 from spark_app.runtime.iterate.policy import Change, Decision, Kind, Mode, Stored, decide
-from spark_app.runtime.iterate.store import DIFF, IterateStore
+from spark_app.runtime.iterate.store import DIFF, IterateStore, fold
 from spark_app.runtime.outputs import Batch, Output, Sink, Written
 from spark_app.state.records import QueryHead
 from spark_app.storage import Storage
@@ -141,19 +139,23 @@ class IterateSink(Sink):
         versions.setdefault("inputs", {})
         # Changed tables are read lazily: folding the changes in materializes them once.
         previous = {name: self._contents(name, materialized=name not in changes) for name in spec.tables}
-        inserted, deleted, nets = {}, {}, {}
+        inserted, deleted, nets, net_rows = {}, {}, {}, {}
         counted = Change(0, 0)
         for name, change in changes.items():
             nets[name] = net = _net(change).localCheckpoint(eager=True)  # inserted and deleted at once: no trace
             inserted[name] = net.where(F.col(DIFF) > 0).drop(DIFF)
             deleted[name] = net.where(F.col(DIFF) < 0).drop(DIFF)
             table = _count(net)
+            net_rows[name] = table.inserted + table.deleted
             counted = Change(counted.inserted + table.inserted, counted.deleted + table.deleted)
-            previous[name] = _fold(previous[name], net, table.inserted + table.deleted, self._nothing_stored(name))
+            previous[name] = fold(previous[name], net, net_rows[name], self._nothing_stored(name))
         counted_contents = previous
         for name in changes:
             if name in spec.streaming:
-                versions["inputs"][name] = store.append_changes(name, changes[name], batch_id)
+                kept = store.store_changes(name, nets[name], net_rows[name], counted_contents[name], batch_id,
+                                           {**self._stored_input(name), "log": self._stored_version(name)})
+                versions["inputs"][name] = kept.pop("log")
+                versions.setdefault("contents", {})[name] = kept
             elif counted.inserted or counted.deleted:
                 versions["inputs"][name] = store.replace_contents(name, counted_contents[name].drop(DIFF))
         contents = {name: df.drop(DIFF) for name, df in counted_contents.items()}
@@ -282,7 +284,9 @@ class IterateSink(Sink):
         if name in self._committed.contents:
             return self._committed.contents[name]
         assert self._store is not None
-        read = self._store.read_contents(name, self._stored_version(name), self.spec.schemas[name])
+        stored = self._stored_input(name)
+        read = self._store.read_contents(name, self._stored_version(name), stored.get("snapshot"),
+                                         stored.get("logged"), self.spec.schemas[name])
         if not materialized:
             return read
         self._committed.contents[name] = read.localCheckpoint(eager=True)
@@ -290,6 +294,10 @@ class IterateSink(Sink):
 
     def _stored_version(self, name: str) -> int | None:
         return self._committed.meta.get("versions", {}).get("inputs", {}).get(name)
+
+    def _stored_input(self, name: str) -> dict[str, int]:
+        """A streaming table's last snapshot: version, rows, and the log's length since."""
+        return dict(self._committed.meta.get("versions", {}).get("contents", {}).get(name, {}))
 
     def _nothing_stored(self, name: str) -> bool:
         return name not in self._committed.contents and self._stored_version(name) is None
@@ -348,35 +356,6 @@ class IterateSink(Sink):
 def _net(change: DataFrame) -> DataFrame:
     columns = [c for c in change.columns if c != DIFF]
     return change.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) != 0)
-
-
-# Up to this many changed rows, folding them in scans the contents once instead of shuffling them.
-_BROADCAST_ROWS = 200_000
-
-
-def _fold(contents: DataFrame, net: DataFrame, rows: int, empty: bool) -> DataFrame:
-    """Applies netted changes to contents, both with multiplicities in ``_diff`` (a row
-    deleted once of two insertions stays); the result is materialized.
-
-    Only the contents' rows that the changes touch are regrouped: with few changes, these
-    are found with a broadcast of the changed rows, so the contents are scanned but not
-    shuffled."""
-    columns = [c for c in contents.columns if c != DIFF]
-    net = net.select(*columns, F.col(DIFF).cast("int").alias(DIFF))
-    if empty:
-        folded = net.where(F.col(DIFF) > 0)
-    else:
-        if rows <= _BROADCAST_ROWS:
-            keys = F.broadcast(net.select(*columns)).alias("k")
-            stored = contents.alias("c")
-            same = reduce(and_, [F.col(f"c.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in columns])
-            untouched = stored.join(keys, same, "left_anti")
-            touched = stored.join(keys, same, "left_semi").unionByName(net)
-        else:
-            untouched, touched = contents.limit(0), contents.unionByName(net)
-        regrouped = touched.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) > 0)
-        folded = untouched.unionByName(regrouped)
-    return folded.localCheckpoint(eager=True)
 
 
 def _count(change: DataFrame) -> Change:

@@ -1,10 +1,15 @@
 """Where an iterate operator keeps its tables: Delta tables in snapshot storage.
 
-* ``iterate/<id>/inputs/<table>``: for a streaming table, an append-only log of its
-  changes (the rows plus ``_diff``); its contents are the rows whose diffs sum to more
-  than zero. Each batch appends with Delta's transaction id (``txnVersion`` = the Spark
-  batch id), so a batch replayed after a crash, whose changes are the same, is not
-  appended twice. A static table is stored whole at each start.
+* ``iterate/<id>/contents/<table>``: for a streaming table, a snapshot of its contents:
+  each row once, with its multiplicity in ``_diff``.
+* ``iterate/<id>/inputs/<table>``: the log of the changes since that snapshot (the rows
+  plus ``_diff``, netted per batch). The contents are the snapshot with the log folded in.
+  A small batch is appended, with Delta's transaction id (``txnVersion`` = the Spark batch
+  id), so a batch replayed after a crash, whose changes are the same, is not appended
+  twice. Once the log holds a quarter as many rows as the snapshot, the batch writes a new
+  snapshot and empties the log instead: reading the contents back after a restart costs a
+  scan of at most 1.25 times their size, not a regrouping of the table's whole history.
+  A static table is stored whole, in the log, at each start.
 * ``iterate/<id>/result/<table>``: the fixed point F, one Delta version per run.
 * ``iterate/<id>/emitted/<table>``: what the outputs were last given (differs from F only
   for contractions, whose changes below the tolerance are not emitted).
@@ -16,6 +21,11 @@ previous F stays intact.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import reduce
+from operator import and_
+from typing import Any
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -23,6 +33,10 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from spark_app.storage import Storage, join
 
 DIFF = "_diff"
+# A new snapshot once the log holds 1/_SNAPSHOT_EVERY as many rows as the last one.
+_SNAPSHOT_EVERY = 4
+# Up to this many changed rows, folding them in scans the contents once instead of shuffling them.
+_BROADCAST_ROWS = 200_000
 
 
 class IterateStore:
@@ -35,15 +49,37 @@ class IterateStore:
     def _uri(self, kind: str, table: str) -> str:
         return self._snapshots.spark_uri(join(self._base, kind, table))
 
-    def read_contents(self, table: str, version: int | None, schema: StructType) -> DataFrame:
-        """The table's rows with their multiplicity (``_diff`` > 0) as of the log's ``version``
-        (None: nothing logged yet)."""
-        if version is None:
-            return self._spark.createDataFrame([], with_diff(schema))
-        log = self._spark.read.format("delta").option("versionAsOf", version).load(self._uri("inputs", table))
+    def read_contents(self, table: str, log: int | None, snapshot: int | None, logged: int | None,
+                      schema: StructType) -> DataFrame:
+        """The table's rows with their multiplicity (``_diff`` > 0): the ``snapshot`` version
+        of its contents (None: none taken) with the ``log`` version of its changes folded in
+        (None: nothing logged). ``logged`` is the log's length, if known."""
+        empty = self._spark.createDataFrame([], with_diff(schema))
         columns = [f.name for f in schema.fields]
-        return (log.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF))
-                .where(F.col(DIFF) > 0))
+        changes = empty if log is None else (
+            self._spark.read.format("delta").option("versionAsOf", log).load(self._uri("inputs", table)))
+        net = changes.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) != 0)
+        if snapshot is None:
+            return net.where(F.col(DIFF) > 0)
+        stored = self._spark.read.format("delta").option("versionAsOf", snapshot).load(self._uri("contents", table))
+        return fold(stored, net, changes.count() if logged is None else logged, empty=False)
+
+    def store_changes(self, table: str, net: DataFrame, rows: int, contents: DataFrame, batch_id: int,
+                      stored: Mapping[str, Any]) -> dict[str, Any]:
+        """Records a batch's netted changes (``rows`` of them) of a streaming table, whose contents are now
+        ``contents``: appended to the log, or, once the log has grown to a quarter of the
+        last snapshot, as a new snapshot with an empty log. ``stored`` and the result are
+        {"log", "snapshot", "logged", "rows"}: the Delta versions of the log and the
+        snapshot, the log's length in rows, and the snapshot's size. A batch without changes
+        writes nothing."""
+        logged = stored.get("logged", 0) + rows
+        if "snapshot" in stored and rows == 0:
+            return dict(stored)
+        if "snapshot" in stored and logged * _SNAPSHOT_EVERY <= stored.get("rows", 0):
+            return {**stored, "log": self.append_changes(table, net, batch_id), "logged": logged}
+        snapshot = self.write("contents", table, contents)
+        return {"snapshot": snapshot, "rows": contents.count(), "log": self.write("inputs", table, net.limit(0)),
+                "logged": 0}
 
     def append_changes(self, table: str, changes: DataFrame, batch_id: int) -> int:
         """Appends ``changes`` (rows plus _diff) to the table's log once for ``batch_id``;
@@ -76,3 +112,28 @@ class IterateStore:
 
 def with_diff(schema: StructType) -> StructType:
     return StructType([*schema.fields, StructField(DIFF, IntegerType(), False)])
+
+
+def fold(contents: DataFrame, net: DataFrame, rows: int, empty: bool) -> DataFrame:
+    """Applies netted changes to contents, both with multiplicities in ``_diff`` (a row
+    deleted once of two insertions stays); the result is materialized.
+
+    Only the contents' rows that the changes touch are regrouped: with few changes, these
+    are found with a broadcast of the changed rows, so the contents are scanned but not
+    shuffled."""
+    columns = [c for c in contents.columns if c != DIFF]
+    net = net.select(*columns, F.col(DIFF).cast("int").alias(DIFF))
+    if empty:
+        folded = net.where(F.col(DIFF) > 0)
+    else:
+        if rows <= _BROADCAST_ROWS:
+            keys = F.broadcast(net.select(*columns)).alias("k")
+            stored = contents.alias("c")
+            same = reduce(and_, [F.col(f"c.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in columns])
+            untouched = stored.join(keys, same, "left_anti")
+            touched = stored.join(keys, same, "left_semi").unionByName(net)
+        else:
+            untouched, touched = contents.limit(0), contents.unionByName(net)
+        regrouped = touched.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) > 0)
+        folded = untouched.unionByName(regrouped)
+    return folded.localCheckpoint(eager=True)

@@ -25,6 +25,7 @@ from spark_app.runtime.iterate.node import IterateSink, IterateSpec
 from spark_app.runtime.iterate.policy import Kind
 from spark_app.runtime.outputs import Batch, JsonLinesOutput
 from spark_app.runtime.session import build_session, spark_conf
+from spark_app.state.records import QueryHead
 from tests.integration.spark_app.harness import REPO, fold, read_changelog
 
 sys.path.insert(0, str(REPO / "examples"))
@@ -73,6 +74,21 @@ class Components:
         self.batch += 1
         assert written.iterate is not None
         return written.iterate
+
+    def restart(self) -> None:
+        """A new sink recovered from the last commit, as a relaunched driver makes one: it
+        holds nothing in memory and reads the stored tables back."""
+        head = QueryHead(batch=self.batch - 1, batch_time_ms=0, commit_time_ms=0, iterate=self.sink._committed.meta,
+                         outputs={"labels": self.output._head})
+        self.sink = IterateSink(self.sink.spec, self.spark)
+        self.sink.attach("labels", self.output, ("vertex", "label"))
+        self.sink.recover(head, self.storage)
+        written = self.sink.start(0)
+        assert written is not None and written.iterate is not None and written.iterate["decision"] == "reuse"
+        self.sink.committed(written)
+
+    def stored_edges(self) -> dict[str, int]:
+        return self.sink._committed.meta["versions"]["contents"]["edges"]
 
     def labels(self) -> dict[int, int]:
         table = fold(read_changelog(self.folder / "labels.jsonlines"), ("vertex",))
@@ -132,6 +148,33 @@ def test_a_result_cut_off_by_the_limit_is_not_trusted(spark: SparkSession, tmp_p
     assert meta["decision"] == "cold" and "iteration limit" in meta["reason"]
 
 
+def test_the_stored_inputs_are_a_snapshot_and_the_changes_since_which_a_restart_reads_back_exactly(
+        spark: SparkSession, tmp_path: Path) -> None:
+    components = Components(spark, tmp_path)
+    live: dict[tuple[int, int], int] = {}
+
+    def apply(changes: list[tuple[int, int, int]]) -> dict[str, int]:
+        for u, v, diff in changes:
+            live[(u, v)] = live.get((u, v), 0) + diff
+        components.apply(changes)
+        assert components.labels() == story.components(live)
+        return components.stored_edges()
+
+    first = apply([(i, i + 1, 1) for i in range(20)] + [(0, 1, 1)])  # 0-1 twice
+    assert (first["rows"], first["logged"]) == (20, 0)
+    # Small batches go to the log while it holds at most a quarter of the snapshot's rows.
+    assert apply([(30, 31, 1), (31, 32, 1)]) == {**first, "logged": 2}
+    components.restart()
+    assert apply([(0, 1, -1), (5, 6, -1), (40, 41, 1)]) == {**first, "logged": 5}  # 0-1 stays, once
+    components.restart()
+    # Then the next batch writes a new snapshot and empties the log.
+    second = apply([(50, 51, 1), (51, 52, 1)])
+    assert second["snapshot"] > first["snapshot"] and (second["rows"], second["logged"]) == (24, 0)
+    components.restart()
+    apply([(0, 1, -1), (6, 7, 1)])  # the last 0-1 goes: 0 disappears
+    assert 0 not in components.labels() and components.labels()[1] == 1
+
+
 def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession, tmp_path: Path) -> None:
     first = Components(spark, tmp_path)
     first.apply([(1, 2, 1), (2, 3, 1)])
@@ -140,8 +183,6 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
     restarted.__dict__.update(first.__dict__)
     restarted.sink = IterateSink(first.sink.spec, spark)
     restarted.sink.attach("labels", first.output, ("vertex", "label"))
-    from spark_app.state.records import QueryHead
-
     head = QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta,
                      outputs={"labels": first.output._head})
     restarted.sink.recover(head, first.storage)
