@@ -139,6 +139,7 @@ class IterateSink(Sink):
         versions.setdefault("inputs", {})
         # Changed tables are read lazily: folding the changes in materializes them once.
         previous = {name: self._contents(name, materialized=name not in changes) for name in spec.tables}
+        clock.lap("read inputs")
         inserted, deleted, nets, net_rows = {}, {}, {}, {}
         counted = Change(0, 0)
         for name, change in changes.items():
@@ -150,6 +151,7 @@ class IterateSink(Sink):
             counted = Change(counted.inserted + table.inserted, counted.deleted + table.deleted)
             previous[name] = fold(previous[name], net, net_rows[name], self._nothing_stored(name))
         counted_contents = previous
+        clock.lap("fold changes")
         for name in changes:
             if name in spec.streaming:
                 kept = store.store_changes(name, nets[name], net_rows[name], counted_contents[name], batch_id,

@@ -53,7 +53,8 @@ class IterateStore:
                       schema: StructType) -> DataFrame:
         """The table's rows with their multiplicity (``_diff`` > 0): the ``snapshot`` version
         of its contents (None: none taken) with the ``log`` version of its changes folded in
-        (None: nothing logged). ``logged`` is the log's length, if known."""
+        (None: nothing logged). ``logged`` is the log's length, if known. Materialized only
+        if changes were folded in; a bare snapshot is read lazily."""
         empty = self._spark.createDataFrame([], with_diff(schema))
         columns = [f.name for f in schema.fields]
         changes = empty if log is None else (
@@ -62,7 +63,8 @@ class IterateStore:
         if snapshot is None:
             return net.where(F.col(DIFF) > 0)
         stored = self._spark.read.format("delta").option("versionAsOf", snapshot).load(self._uri("contents", table))
-        return fold(stored, net, changes.count() if logged is None else logged, empty=False)
+        rows = changes.count() if logged is None else logged
+        return fold(stored, net, rows, empty=False) if rows else stored
 
     def store_changes(self, table: str, net: DataFrame, rows: int, contents: DataFrame, batch_id: int,
                       stored: Mapping[str, Any]) -> dict[str, Any]:
