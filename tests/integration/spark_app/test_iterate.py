@@ -198,6 +198,71 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
     assert written.outputs["labels"].rows == 3
 
 
+# ---- another monotone step: shortest paths, without a delta argument ----------------------
+
+import shortest_paths  # noqa: E402
+
+
+class Distances:
+    """examples/shortest_paths.py from vertex 0, fed batch by batch; its step takes no delta."""
+
+    def __init__(self, spark: SparkSession, folder: Path) -> None:
+        self.spark, self.batch = spark, 0
+        ddl = {"edges": "src BIGINT, dst BIGINT, weight DOUBLE", "distances": "node BIGINT, distance DOUBLE"}
+        schemas = {name: spark.createDataFrame([], d).schema for name, d in ddl.items()}
+        spec = IterateSpec(
+            persistent_id="sp", step=shortest_paths.step,
+            tables={name: spark.createDataFrame([], schema) for name, schema in schemas.items()},
+            iterated=("distances",), schemas={**schemas, "result:distances": schemas["distances"]},
+            kind=Kind.MONOTONE, limit=None, convergence=Convergence(), invalidate=None,
+            fingerprint="sp", streaming=("edges", "distances"),
+        )
+        self.sink = IterateSink(spec, spark)
+        self.sink.attach("distances", JsonLinesOutput("distances", str(folder / "distances.jsonlines"), None))
+        self.sink.recover(None, Backend.filesystem(folder / "state").storage())
+
+    def apply(self, edges: list[tuple[int, int, float]]) -> dict[str, object]:
+        rows = [("edges", json.dumps({"src": u, "dst": v, "weight": w}), 1) for u, v, w in edges]
+        if self.batch == 0:
+            rows.append(("distances", json.dumps({"node": 0, "distance": 0.0}), 1))
+        written = self.sink.write(Batch(self.batch, self.batch,
+                                        self.spark.createDataFrame(rows, "_table STRING, _row STRING, _diff INT")))
+        self.sink.committed(written)
+        self.batch += 1
+        assert written.iterate is not None
+        return written.iterate
+
+    def distances(self) -> dict[int, float]:
+        return {r["node"]: r["distance"] for r in self.sink._committed.result["distances"].collect()}
+
+
+def bellman_ford(edges: list[tuple[int, int, float]]) -> dict[int, float]:
+    distance = {0: 0.0}
+    for _ in range(len(edges) + 1):
+        for u, v, w in edges:
+            if u in distance and distance[u] + w < distance.get(v, float("inf")):
+                distance[v] = distance[u] + w
+    return distance
+
+
+weighted = st.lists(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(1, 5).map(float)),
+                             min_size=1, max_size=6), min_size=2, max_size=3)
+
+
+@settings(max_examples=int(os.environ.get("ITERATE_EXAMPLES", "5")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=weighted)
+def test_shortest_paths_warm_start_on_inserted_edges_to_the_true_distances(  # type: ignore[no-untyped-def]
+        spark: SparkSession, tmp_path_factory, batches: list[list[tuple[int, int, float]]]) -> None:
+    paths = Distances(spark, tmp_path_factory.mktemp("sp"))
+    seen: list[tuple[int, int, float]] = []
+    for number, edges in enumerate(batches):
+        seen += edges
+        meta = paths.apply(edges)
+        assert meta["decision"] == ("cold" if number == 0 else "warm"), meta
+        assert paths.distances() == bellman_ford(seen), meta
+
+
 # ---- a contraction: PageRank ------------------------------------------------------------
 
 import pagerank  # noqa: E402
