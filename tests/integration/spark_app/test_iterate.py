@@ -43,8 +43,25 @@ def spark() -> Iterator[SparkSession]:
     yield session
 
 
-class Components:
-    """The connected-components iterate, fed batch by batch like a streaming query feeds it."""
+class Fed:
+    """An iterate sink fed batch by batch, as its streaming query feeds it."""
+
+    spark: SparkSession
+    sink: IterateSink
+    batch: int
+
+    def feed(self, rows: list[tuple[str, str, int]]) -> dict[str, object]:
+        """Writes and commits one batch of (table, row as JSON, diff); returns its commit's iterate record."""
+        df = self.spark.createDataFrame(rows, "_table STRING, _row STRING, _diff INT")
+        written = self.sink.write(Batch(self.batch, self.batch, df))
+        self.sink.committed(written)
+        self.batch += 1
+        assert written.iterate is not None
+        return written.iterate
+
+
+class Components(Fed):
+    """The connected-components iterate."""
 
     def __init__(self, spark: SparkSession, folder: Path, invalidate: bool = True, limit: int | None = None) -> None:
         self.spark, self.folder, self.batch = spark, folder, 0
@@ -68,12 +85,7 @@ class Components:
         for u, v, diff in changes:
             rows.append(("edges", json.dumps({"u": u, "v": v}), diff))
             rows += [("labels", json.dumps({"vertex": x, "label": x, "depth": 0, "parent": x}), diff) for x in (u, v)]
-        df = self.spark.createDataFrame(rows, "_table STRING, _row STRING, _diff INT")
-        written = self.sink.write(Batch(self.batch, self.batch, df))
-        self.sink.committed(written)
-        self.batch += 1
-        assert written.iterate is not None
-        return written.iterate
+        return self.feed(rows)
 
     def restart(self) -> None:
         """A new sink recovered from the last commit, as a relaunched driver makes one: it
@@ -203,7 +215,7 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
 import shortest_paths  # noqa: E402
 
 
-class Distances:
+class Distances(Fed):
     """examples/shortest_paths.py from vertex 0, fed batch by batch; its step takes no delta."""
 
     def __init__(self, spark: SparkSession, folder: Path) -> None:
@@ -225,12 +237,7 @@ class Distances:
         rows = [("edges", json.dumps({"src": u, "dst": v, "weight": w}), 1) for u, v, w in edges]
         if self.batch == 0:
             rows.append(("distances", json.dumps({"node": 0, "distance": 0.0}), 1))
-        written = self.sink.write(Batch(self.batch, self.batch,
-                                        self.spark.createDataFrame(rows, "_table STRING, _row STRING, _diff INT")))
-        self.sink.committed(written)
-        self.batch += 1
-        assert written.iterate is not None
-        return written.iterate
+        return self.feed(rows)
 
     def distances(self) -> dict[int, float]:
         return {r["node"]: r["distance"] for r in self.sink._committed.result["distances"].collect()}
@@ -273,7 +280,7 @@ TOLERANCE = 1e-3
 BOUND = 2 * TOLERANCE * pagerank.DAMPING / (1 - pagerank.DAMPING)
 
 
-class Ranks:
+class Ranks(Fed):
     def __init__(self, spark: SparkSession, folder: Path) -> None:
         self.spark, self.folder, self.batch = spark, folder, 0
         ddl = {"links": "src BIGINT, dst BIGINT", "nodes": "node BIGINT", "ranks": "node BIGINT, rank DOUBLE"}
@@ -297,12 +304,7 @@ class Ranks:
             for node in (src, dst):
                 rows.append(("nodes", json.dumps({"node": node}), diff))
                 rows.append(("ranks", json.dumps({"node": node, "rank": 1.0}), diff))
-        written = self.sink.write(Batch(self.batch, self.batch,
-                                        self.spark.createDataFrame(rows, "_table STRING, _row STRING, _diff INT")))
-        self.sink.committed(written)
-        self.batch += 1
-        assert written.iterate is not None
-        return written.iterate
+        return self.feed(rows)
 
     def emitted(self) -> dict[int, float]:
         return {r["node"]: r["rank"] for r in fold(read_changelog(self.folder / "ranks.jsonlines"), ("node",)).values()}
