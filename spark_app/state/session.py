@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -110,7 +111,11 @@ def read_manifest(storage: Storage, digest: str | None) -> Manifest | None:
 
 
 class StateSession:
-    """Opened once per driver run with ``StateSession.open``; not shared between processes."""
+    """Opened once per driver run with ``StateSession.open``; not shared between processes.
+
+    The queries of one driver share it from their own threads: appends and fence checks
+    take turns, so that one query's append in progress never looks to another like a
+    newer driver's entry."""
 
     def __init__(self, storage: Storage, holder: Holder, epoch: int, entry: LogEntry,
                  lease_ttl_ms: int, clock: Callable[[], float], previous_epoch: int = 0) -> None:
@@ -127,6 +132,7 @@ class StateSession:
         self._lease_ttl_ms = lease_ttl_ms
         self._clock = clock
         self._appends = 0
+        self._turn = threading.Lock()
 
     @classmethod
     def open(
@@ -201,7 +207,8 @@ class StateSession:
 
     def check_not_fenced(self) -> None:
         """Raises ``Fenced`` if another driver has appended after this one's last entry."""
-        newer = self._log.entry(self._seq + 1)
+        with self._turn:
+            newer = self._log.entry(self._seq + 1)
         if newer is not None:
             raise self._fenced(newer)
 
@@ -223,14 +230,15 @@ class StateSession:
 
     def _append(self, kind: str, heads: dict[str, QueryHead], detail: dict[str, Any]) -> LogEntry:
         record = _record(kind, self.epoch, self.holder, self._clock, self._manifest, heads, detail, self.state_id)
-        try:
-            entry = self._log.append(self._seq + 1, record)
-        except LogConflict as conflict:
-            raise self._fenced(conflict.existing) from None
-        self._seq = entry.seq
-        self._appends += 1
-        if self._appends % LOG_RETAINED == 0:
-            self._log.compact(LOG_RETAINED)
+        with self._turn:
+            try:
+                entry = self._log.append(self._seq + 1, record)
+            except LogConflict as conflict:
+                raise self._fenced(conflict.existing) from None
+            self._seq = entry.seq
+            self._appends += 1
+            if self._appends % LOG_RETAINED == 0:
+                self._log.compact(LOG_RETAINED)
         return entry
 
     def _fenced(self, newer: LogEntry) -> Fenced:

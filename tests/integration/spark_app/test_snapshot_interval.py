@@ -38,11 +38,14 @@ def run_until_commits(workspace: Workspace, interval_ms: int, commits: int) -> N
     driver.wait_for_log("pipeline running")
     feeder.start()
     deadline = time.monotonic() + 300
-    while driver.output().count(f"query {QUERY}: committed batch") < commits and time.monotonic() < deadline:
+    while (driver.output().count(f"query {QUERY}: committed batch") < commits and time.monotonic() < deadline
+           and driver.process is not None and driver.process.poll() is None):
         time.sleep(0.2)
+    committed = driver.output().count(f"query {QUERY}: committed batch")
     driver.kill()  # no graceful stop: a clean stop would store a final snapshot
     stop.set()
     feeder.join()
+    assert committed >= commits, driver.output()[-3000:]
 
 
 def commit_times(state: Path) -> dict[int, int]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 from spark_app import contract
 from spark_app.state.identity import IncompatibleChange, Manifest, QueryIdentity, SourceIdentity
 from spark_app.state.inspect import inspect
+from spark_app.state.log import PREFIX
 from spark_app.state.records import OutputHead, QueryHead
 from spark_app.state.session import AlreadyRunning, Fenced, Holder, StaleEpoch, StateSession
 from spark_app.storage import Storage
@@ -82,6 +86,55 @@ def test_an_explicit_higher_epoch_takes_over_at_once_and_fences_the_old_driver(s
         old.commit("out", head(1))
     new.commit("out", head(1))
     assert open_session(storage, clock, epoch=6).heads["out"] == head(1)
+
+
+class PausingLogWrites:
+    """Storage that, once armed, holds each new metadata log entry just after creating it,
+    until ``resume`` is set: the window in which the entry exists but its writer has not
+    yet taken note of it."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self.armed = False
+        self.created = threading.Event()
+        self.resume = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def create(self, key: str, data: bytes) -> bool:
+        done = self._storage.create(key, data)
+        if self.armed and key.startswith(PREFIX):
+            self.created.set()
+            assert self.resume.wait(10)
+        return done
+
+
+def test_queries_of_one_driver_never_fence_each_other(storage: Storage) -> None:
+    """One query checks the fence while another query of the same driver is appending."""
+    paused = PausingLogWrites(storage)
+    session = open_session(paused, Clock())  # type: ignore[arg-type]
+    paused.armed = True
+    committer = threading.Thread(target=session.commit, args=("out", head(0)))
+    committer.start()
+    assert paused.created.wait(10)
+    failures: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            session.check_not_fenced()
+        except Fenced as fenced:
+            failures.append(fenced)
+
+    checker = threading.Thread(target=check)
+    checker.start()
+    checker.join(0.5)  # without turns, the check has seen the half-taken entry by now
+    paused.resume.set()
+    committer.join(10)
+    checker.join(10)
+    assert failures == []
+    session.check_not_fenced()
+    assert session.heads["out"] == head(0)
 
 
 def test_a_lower_or_equal_epoch_is_refused_with_the_stored_epoch(storage: Storage) -> None:
