@@ -154,7 +154,7 @@ class IterateSink(Sink):
         clock.lap("fold changes")
         for name in changes:
             if name in spec.streaming:
-                kept = store.store_changes(name, nets[name], net_rows[name], counted_contents[name], batch_id,
+                kept = store.store_changes(name, nets[name], net_rows[name], counted_contents[name],
                                            {**self._stored_input(name), "log": self._stored_version(name)})
                 versions["inputs"][name] = kept.pop("log")
                 versions.setdefault("contents", {})[name] = kept

@@ -92,25 +92,35 @@ def test_a_crash_in_the_commit_window_is_replayed_exactly(fs_workspace: Workspac
 
 def test_a_crash_in_the_middle_of_iterating_gives_the_uninterrupted_result(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Killed after an iteration of the second batch's fixed point: the stored F of the first
-    batch is intact, and the replay produces the same components as a run without a crash."""
+    batch is intact, and the replay produces the same components as a run without a crash.
+
+    The second batch is small beside the first, so its changes were appended to the
+    stored inputs' log before the crash; the replay must not append them twice. A third
+    batch shows it: had the edge 12-100 been counted twice, deleting it once would leave
+    100 and 101 in the big component."""
     edges = tmp_path / "edges"
-    chain = [f"{i},{i + 1},1" for i in range(1, 12)]
+    chain = [f"{i},{i + 1},1" for i in range(1, 41)]
     write_csv(edges, "a.csv", "u,v,diff", chain)
     args = ["examples/connected_components.py", "--edges", str(edges), "--output", str(tmp_path / "cc.jsonlines"),
             "--state", str(tmp_path / "state"), "--stop-when-idle"]
     from tests.integration.spark_app.harness import Driver
 
-    drivers = [Driver(args, tmp_path / f"driver-{i}.log", {"SPARK_APP_EPOCH": str(i + 1)}) for i in range(3)]
+    drivers = [Driver(args, tmp_path / f"driver-{i}.log", {"SPARK_APP_EPOCH": str(i + 1)}) for i in range(4)]
     try:
         assert drivers[0].start().wait() == 0, drivers[0].output()[-3000:]
-        write_csv(edges, "b.csv", "u,v,diff", ["20,21,1", "12,20,1", "5,6,-1"])
+        write_csv(edges, "b.csv", "u,v,diff", ["100,101,1", "12,100,1", "5,6,-1"])
         crashed = drivers[1]
         crashed.env["SPARK_APP_FAULT"] = "in-iteration:1"
         assert crashed.start().wait() == -9
         assert drivers[2].start().wait() == 0, drivers[2].output()[-3000:]
+        assert "from a run that did not commit" in drivers[2].output()
+        labels = {r["vertex"]: r["label"] for r in fold(read_changelog(tmp_path / "cc.jsonlines"), ("vertex",)).values()}
+        assert labels == {**{v: 1 for v in range(1, 6)}, **{v: 6 for v in [*range(6, 42), 100, 101]}}
+        write_csv(edges, "c.csv", "u,v,diff", ["12,100,-1"])
+        assert drivers[3].start().wait() == 0, drivers[3].output()[-3000:]
     finally:
         for driver in drivers:
             if driver.process is not None:
                 driver.kill()
     labels = {r["vertex"]: r["label"] for r in fold(read_changelog(tmp_path / "cc.jsonlines"), ("vertex",)).values()}
-    assert labels == {**{v: 1 for v in range(1, 6)}, **{v: 6 for v in [*range(6, 13), 20, 21]}}
+    assert labels == {**{v: 1 for v in range(1, 6)}, **{v: 6 for v in range(6, 42)}, 100: 100, 101: 100}
