@@ -546,8 +546,12 @@ _TRANSIENT_MARKERS = (
     "No space left on device",
     "EndpointConnectionError",
     # A driver of a lower epoch that has not yet noticed it is fenced (it does within one
-    # lease renewal) may still be writing Spark's checkpoint.
+    # lease renewal) may still be writing Spark's checkpoint: running the query, or planning
+    # the next batch. If it wrote that batch's offsets first, this driver's query fails with
+    # CONCURRENT_STREAM_LOG_UPDATE; restarted, it reads those offsets and runs the batch
+    # itself (the lower epoch can no longer commit it).
     "Multiple streaming queries are concurrently using",
+    "CONCURRENT_STREAM_LOG_UPDATE",
 )
 
 
