@@ -137,8 +137,9 @@ class IterateSink(Sink):
                 return self._reuse(decision, batch_id, batch_time_ms, restart, clock)
         versions: dict[str, Any] = {k: dict(v) for k, v in meta.get("versions", {"inputs": {}}).items()}
         versions.setdefault("inputs", {})
-        # Changed tables are read lazily: folding the changes in materializes them once.
-        previous = {name: self._contents(name, materialized=name not in changes) for name in spec.tables}
+        # Changed tables are read lazily: folding the changes in materializes the kept ones once.
+        previous = {name: self._contents(name, materialized=self._kept(name) and name not in changes)
+                    for name in spec.tables}
         clock.lap("read inputs")
         inserted, deleted, nets, net_rows = {}, {}, {}, {}
         counted = Change(0, 0)
@@ -149,7 +150,8 @@ class IterateSink(Sink):
             table = _count(net)
             net_rows[name] = table.inserted + table.deleted
             counted = Change(counted.inserted + table.inserted, counted.deleted + table.deleted)
-            previous[name] = fold(previous[name], net, net_rows[name], self._nothing_stored(name))
+            previous[name] = fold(previous[name], net, net_rows[name], self._nothing_stored(name),
+                                  materialize=self._kept(name))
         counted_contents = previous
         clock.lap("fold changes")
         for name in changes:
@@ -182,7 +184,8 @@ class IterateSink(Sink):
         new_meta["run_seconds"] = round(clock.total(), 3)
         new_meta["phases"] = clock.laps()
         log.info("iterate %s: %s", spec.persistent_id, clock)
-        self._pending = _Cached(new_meta, counted_contents, result, emitted)
+        kept = {name: df for name, df in counted_contents.items() if self._kept(name)}
+        self._pending = _Cached(new_meta, kept, result, emitted)
         return Written(outputs, new_meta)
 
     def _reuse(self, decision: Decision, batch_id: int, batch_time_ms: int, restart: bool, clock: _Phases) -> Written:
@@ -270,12 +273,12 @@ class IterateSink(Sink):
     def _emit(self, result: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
         """What the outputs will hold: F, except that a contraction's changes below the
         tolerance keep the value last emitted."""
-        emitted = {}
+        emitted = dict(result)  # materialized by the loop, or read back and materialized
         for name, new in result.items():
             key = self.spec.convergence.key.get(name)
             if self.spec.convergence.tolerance is not None and key:
-                new = _hold_small_changes(self._emitted(name), new, key, self.spec.convergence.tolerance)
-            emitted[name] = new.localCheckpoint(eager=True)
+                held = _hold_small_changes(self._emitted(name), new, key, self.spec.convergence.tolerance)
+                emitted[name] = held.localCheckpoint(eager=True)
         return emitted
 
     # ---- the committed state -------------------------------------------------------------
@@ -288,11 +291,18 @@ class IterateSink(Sink):
         assert self._store is not None
         stored = self._stored_input(name)
         read = self._store.read_contents(name, self._stored_version(name), stored.get("snapshot"),
-                                         stored.get("logged"), self.spec.schemas[name])
+                                         stored.get("logged"), self.spec.schemas[name], materialize=materialized)
         if not materialized:
             return read
-        self._committed.contents[name] = read.localCheckpoint(eager=True)
-        return self._committed.contents[name]
+        self._committed.contents[name] = read
+        return read
+
+    def _kept(self, name: str) -> bool:
+        """Whether a table's contents are kept in memory between batches. The step reads its
+        inputs on every iteration, and a static table is compared at each start; an iterated
+        streaming table's contents are needed only to start cold or to reset part of F, so
+        they are read from the store (a snapshot and a log) only then."""
+        return name not in self.spec.iterated or name not in self.spec.streaming
 
     def _stored_version(self, name: str) -> int | None:
         return self._committed.meta.get("versions", {}).get("inputs", {}).get(name)
@@ -393,8 +403,11 @@ def _project(df: DataFrame, columns: tuple[str, ...] | None) -> DataFrame:
 
 
 def _changes(before: DataFrame, after: DataFrame) -> DataFrame:
-    return (before.subtract(after).withColumn("diff", F.lit(-1))
-            .unionByName(after.subtract(before).withColumn("diff", F.lit(1))))
+    """The changelog from ``before`` to ``after``, both sets: one shuffle of both, where
+    two set differences would shuffle each of them twice."""
+    columns = list(after.columns)
+    both = before.withColumn("diff", F.lit(-1)).unionByName(after.withColumn("diff", F.lit(1)))
+    return both.groupBy(*columns).agg(F.sum("diff").cast("int").alias("diff")).where(F.col("diff") != 0)
 
 
 def _hold_small_changes(old: DataFrame, new: DataFrame, key: tuple[str, ...], tolerance: float) -> DataFrame:
