@@ -174,7 +174,8 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	@echo ">>> local control plane"
 	$(PYTEST) tests/cluster -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> spark_app on real Spark (filesystem and S3 backends)"
-	$(PYTEST) tests/integration -q --durations=5 $(PYTEST_ARGS)
+	@# Two workers: much of a driver test is JVM start-up and waiting (925 s against 1,220 s serial).
+	$(PYTEST) tests/integration -q -n 2 --durations=5 $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
 	$(PYTEST) tests/operator -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
