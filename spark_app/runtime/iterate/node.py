@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 from spark_app.runtime.faults import IN_ITERATION, crash_point
 from spark_app.runtime.iterate.engine import Convergence, Step, max_change, run_fixed_point
 from spark_app.runtime.iterate.policy import Change, Decision, Kind, Mode, Stored, decide
-from spark_app.runtime.iterate.store import DIFF, IterateStore, fold
+from spark_app.runtime.iterate.store import DIFF, IterateStore, fold, netted
 from spark_app.runtime.outputs import Batch, Output, Sink, Written
 from spark_app.state.records import QueryHead
 from spark_app.storage import Storage
@@ -144,7 +144,7 @@ class IterateSink(Sink):
         inserted, deleted, nets, net_rows = {}, {}, {}, {}
         counted = Change(0, 0)
         for name, change in changes.items():
-            nets[name] = net = _net(change).localCheckpoint(eager=True)  # inserted and deleted at once: no trace
+            nets[name] = net = netted(change).localCheckpoint(eager=True)  # inserted and deleted at once: no trace
             inserted[name] = net.where(F.col(DIFF) > 0).drop(DIFF)
             deleted[name] = net.where(F.col(DIFF) < 0).drop(DIFF)
             table = _count(net)
@@ -292,9 +292,8 @@ class IterateSink(Sink):
         stored = self._stored_input(name)
         read = self._store.read_contents(name, self._stored_version(name), stored.get("snapshot"),
                                          stored.get("logged"), self.spec.schemas[name], materialize=materialized)
-        if not materialized:
-            return read
-        self._committed.contents[name] = read
+        if materialized:
+            self._committed.contents[name] = read
         return read
 
     def _kept(self, name: str) -> bool:
@@ -365,11 +364,6 @@ class IterateSink(Sink):
         }
 
 
-def _net(change: DataFrame) -> DataFrame:
-    columns = [c for c in change.columns if c != DIFF]
-    return change.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) != 0)
-
-
 def _count(change: DataFrame) -> Change:
     row = change.agg(F.sum(F.when(F.col(DIFF) > 0, 1).otherwise(0)).alias("inserted"),
                      F.sum(F.when(F.col(DIFF) < 0, 1).otherwise(0)).alias("deleted")).first()
@@ -405,9 +399,8 @@ def _project(df: DataFrame, columns: tuple[str, ...] | None) -> DataFrame:
 def _changes(before: DataFrame, after: DataFrame) -> DataFrame:
     """The changelog from ``before`` to ``after``, both sets: one shuffle of both, where
     two set differences would shuffle each of them twice."""
-    columns = list(after.columns)
     both = before.withColumn("diff", F.lit(-1)).unionByName(after.withColumn("diff", F.lit(1)))
-    return both.groupBy(*columns).agg(F.sum("diff").cast("int").alias("diff")).where(F.col("diff") != 0)
+    return netted(both, "diff")
 
 
 def _hold_small_changes(old: DataFrame, new: DataFrame, key: tuple[str, ...], tolerance: float) -> DataFrame:

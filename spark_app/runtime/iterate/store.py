@@ -65,10 +65,9 @@ class IterateStore:
         (None: nothing logged). ``logged`` is the log's length, if known. If ``materialize``,
         the result is computed now and kept in memory; otherwise it is a lazy read."""
         empty = self._spark.createDataFrame([], with_diff(schema))
-        columns = [f.name for f in schema.fields]
         changes = empty if log is None else (
             self._spark.read.format("delta").option("versionAsOf", log).load(self._uri("inputs", table)))
-        net = changes.groupBy(*columns).agg(F.sum(DIFF).cast("int").alias(DIFF)).where(F.col(DIFF) != 0)
+        net = netted(changes)
         if snapshot is None:
             contents = net.where(F.col(DIFF) > 0)
         else:
@@ -91,8 +90,10 @@ class IterateStore:
         if "snapshot" in stored and logged * _SNAPSHOT_EVERY <= stored.get("rows", 0):
             return {**stored, "log": self.append_changes(table, net, stored["log"]), "logged": logged}
         snapshot = self.write("contents", table, contents)
-        return {"snapshot": snapshot, "rows": contents.count(), "log": self.write("inputs", table, net.limit(0)),
-                "logged": 0}
+        # Counted from the written version, not from ``contents``: that may be a lazy plan
+        # (a stored snapshot with changes folded in) that a second evaluation would recompute.
+        rows = self.read("contents", table, snapshot, contents.schema).count()
+        return {"snapshot": snapshot, "rows": rows, "log": self.write("inputs", table, net.limit(0)), "logged": 0}
 
     def append_changes(self, table: str, changes: DataFrame, committed: int) -> int:
         """Appends ``changes`` (rows plus _diff) to the table's log, whose committed version
@@ -137,6 +138,12 @@ class IterateStore:
 
 def with_diff(schema: StructType) -> StructType:
     return StructType([*schema.fields, StructField(DIFF, IntegerType(), False)])
+
+
+def netted(changes: DataFrame, diff: str = DIFF) -> DataFrame:
+    """Changes (rows plus a ``diff`` column) summed per row; rows whose changes cancel out go."""
+    columns = [c for c in changes.columns if c != diff]
+    return changes.groupBy(*columns).agg(F.sum(diff).cast("int").alias(diff)).where(F.col(diff) != 0)
 
 
 def fold(contents: DataFrame, net: DataFrame, rows: int, empty: bool, materialize: bool) -> DataFrame:
