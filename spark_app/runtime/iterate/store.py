@@ -126,13 +126,17 @@ class IterateStore:
         df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(self._uri(kind, table))
         return self._latest_version(kind, table)
 
+    def _log(self, kind: str, table: str) -> str:
+        """The storage key of a stored table's Delta log folder."""
+        return join(self._base, kind, table, "_delta_log")
+
     def written_rows(self, kind: str, table: str, version: int, schema: StructType) -> int:
         """The number of rows a write put in ``version``: the ``numOutputRows`` that Delta
         records in the commit, read with the storage backend. Counting the version with
         Spark costs a read of the table (2.4 s for the first one in a driver); the count is
         the fallback when the commit has no metrics (spark.databricks.delta.history.metricsEnabled
         turned off)."""
-        commit = self._snapshots.read(join(self._base, kind, table, "_delta_log", f"{version:020d}.json"))
+        commit = self._snapshots.read(join(self._log(kind, table), f"{version:020d}.json"))
         for line in commit.decode().splitlines():
             info = json.loads(line).get("commitInfo")
             rows = (info or {}).get("operationMetrics", {}).get("numOutputRows")
@@ -143,7 +147,7 @@ class IterateStore:
     def _latest_version(self, kind: str, table: str) -> int:
         """The table's latest Delta version: the highest commit file in its ``_delta_log``.
         A listing, where asking Delta for its history costs a Spark job (0.2 to 0.4 s)."""
-        log_folder = join(self._base, kind, table, "_delta_log") + "/"
+        log_folder = self._log(kind, table) + "/"
         names = (key.rsplit("/", 1)[-1] for key in self._snapshots.list(log_folder))
         versions = [int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit()]
         if not versions:
