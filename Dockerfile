@@ -62,7 +62,7 @@ COPY examples/ /opt/spark-app/examples/
 ENV JAVA_HOME=/opt/java/openjdk \
     PATH=/opt/venv/bin:/opt/java/openjdk/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     SPARK_APP_JARS_DIR=/opt/spark-app/jars \
-    PYSPARK_PYTHON=/opt/venv/bin/python \
+    PYSPARK_PYTHON=/opt/venv/bin/spark-app-python \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 # Pipeline files (application.file) are relative to it: examples/wordcount.py.

@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 from spark_app import contract
+from spark_app.runtime.worker_python import worker_python
 
 
 def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
@@ -71,7 +72,7 @@ def _exec_executor() -> None:
         "--resourceProfileId", os.environ.get("SPARK_RESOURCE_PROFILE_ID", "0"),
         "--podName", os.environ.get("SPARK_EXECUTOR_POD_NAME", ""),
     ]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     # Executors download the application's files and jars into their working directory;
     # give them a scratch one, as Spark's own image does with /opt/spark/work-dir.
     work_dir = os.environ.get("SPARK_APP_EXECUTOR_WORK_DIR") or tempfile.mkdtemp(prefix="spark-executor-")

@@ -11,13 +11,13 @@ from __future__ import annotations
 import glob
 import logging
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from spark_app.persistence import Backend
+from spark_app.runtime.worker_python import worker_python
 
 log = logging.getLogger("spark_app")
 
@@ -91,8 +91,10 @@ def s3a_conf(backend: Backend) -> dict[str, str]:
 
 def build_session(conf: Mapping[str, str]) -> SparkSession:
     """Starts (or returns) the process's SparkSession with ``conf``."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Spark starts its Python workers with PYSPARK_PYTHON, and looks Python data sources up
+    # with PYSPARK_DRIVER_PYTHON; see spark_app.runtime.worker_python.
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", worker_python())
     # On the class path rather than in spark.jars: spark.jars copies every jar (the AWS SDK
     # bundle alone is 600 MB) into a temporary folder per driver, which a killed driver
     # leaves behind.
