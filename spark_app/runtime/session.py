@@ -17,6 +17,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_app.persistence import Backend
+from spark_app.runtime import class_archive
 from spark_app.runtime.worker_python import worker_python
 
 log = logging.getLogger("spark_app")
@@ -98,10 +99,17 @@ def build_session(conf: Mapping[str, str]) -> SparkSession:
     # On the class path rather than in spark.jars: spark.jars copies every jar (the AWS SDK
     # bundle alone is 600 MB) into a temporary folder per driver, which a killed driver
     # leaves behind.
-    classpath = os.path.join(jars_dir(), "*")
+    jars = jars_dir()
+    classpath = os.path.join(jars, "*")
     builder = (SparkSession.builder.config("spark.driver.extraClassPath", classpath)
                .config("spark.executor.extraClassPath", classpath))
-    for key, value in conf.items():
+    settings = dict(conf)
+    archive = class_archive.java_options(jars)
+    if archive:
+        # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
+        own = settings.get("spark.driver.defaultJavaOptions", "")
+        settings["spark.driver.defaultJavaOptions"] = f"{archive} {own}".strip()
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SPARK_APP_SPARK_LOG_LEVEL", "WARN"))

@@ -1,7 +1,9 @@
-"""The session spark_app builds: what its Python workers run on."""
+"""The session spark_app builds: what its Python workers run on, and the class archive its JVM maps."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +12,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.persistence import Backend
-from spark_app.runtime.session import build_session, spark_conf
+from spark_app.runtime import class_archive
+from spark_app.runtime.session import build_session, jars_dir, spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -33,3 +36,18 @@ def test_python_workers_import_the_installed_pyspark_rather_than_sparks_zipped_c
     installed = Path(pyspark.__file__).parent.resolve()
     assert Path(imported).parent.resolve() == installed
     assert not [entry for entry in path if Path(entry).resolve().is_relative_to(installed)]
+
+
+def test_the_driver_jvm_maps_the_class_archive_recorded_for_its_jvm_and_jars(spark: SparkSession) -> None:
+    archive = class_archive.archive_path(jars_dir())
+    assert archive is not None and archive.is_file(), "no class archive for this JVM and jars: run `make setup`"
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:SharedArchiveFile={archive}" in arguments
+    # -Xshare:on turns "map it if you can" into "fail unless it maps": the archive is valid
+    # for this JVM with the driver's class path.
+    classpath = jvm.java.lang.System.getProperty("java.class.path")
+    java = os.path.join(jvm.java.lang.System.getProperty("java.home"), "bin", "java")
+    check = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", classpath, "-version"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
