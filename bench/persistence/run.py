@@ -2,9 +2,9 @@
 
 1. Overhead: the word count over 1M rows through spark_app (source index, dead-letter
    checks, one commit per batch, an exactly-once changelog) versus the same query written
-   directly in Structured Streaming with a checkpoint (also run with spark_app's start-up
-   aids, the workers' Python launcher and the JVM's class archive, for comparison). All run in fresh processes, in alternation, ROUNDS times;
-   medians and their ratios are reported.
+   directly in Structured Streaming with a checkpoint, also run with spark_app's start-up
+   aids (the workers' Python launcher and the JVM's class archive) for comparison. All run
+   in fresh processes, in alternation, ROUNDS times; medians and their ratios are reported.
 2. Resume versus recompute: after N rows are processed (N = 1M, 2M, 4M), a new file
    arrives. The time from the driver's start to the new file's first output line, when
    the driver resumes from its state, versus a driver that recomputes everything from

@@ -55,13 +55,9 @@ def java_options(jars: str) -> str:
     return f"-XX:SharedArchiveFile={path} -Xshare:auto"
 
 
-def create(jars: str, folder: Path | None = None) -> Path | None:
-    """Records the archive for this JVM and these jars unless it exists; returns its path,
-    or None when this JVM cannot record one (the reason is logged)."""
-    target = archive_path(jars, folder)
-    if target is None:
-        log.warning("no java found (JAVA_HOME or PATH): no class archive recorded")
-        return None
+def create(target: Path) -> Path | None:
+    """Records the archive at ``target`` (from ``archive_path``) unless it exists; returns
+    its path, or None when this JVM cannot record one (the reason is logged)."""
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -117,13 +113,15 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from spark_app.runtime.session import jars_dir
 
-    jars = jars_dir()
-    target = archive_path(jars)
-    if target is not None and target.is_file():
+    target = archive_path(jars_dir())
+    if target is None:
+        log.warning("no java found (JAVA_HOME or PATH): no class archive recorded")
+        return 0
+    if target.is_file():
         print(f">>> class archive ready: {target}")
         return 0
     print(">>> recording the driver JVM's class archive (first time only; about a minute)", flush=True)
-    created = create(jars)
+    created = create(target)
     if created is not None:
         print(f">>> class archive ready: {created} ({created.stat().st_size // 2**20} MiB)")
     return 0
