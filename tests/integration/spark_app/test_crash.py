@@ -97,10 +97,14 @@ def test_a_crash_in_the_middle_of_iterating_gives_the_uninterrupted_result(tmp_p
     The second batch is small beside the first, so its changes were appended to the
     stored inputs' log before the crash; the replay must not append them twice. A third
     batch shows it: had the edge 12-100 been counted twice, deleting it once would leave
-    100 and 101 in the big component."""
+    100 and 101 in the big component.
+
+    The graph is a path 1-...-6 and a hub 6 with the leaves 7 to 41: 40 edges (enough for
+    the second batch's three to be appended) that converge in a few iterations, where a
+    path of 40 took 41 cold and 36 more to relabel."""
     edges = tmp_path / "edges"
-    chain = [f"{i},{i + 1},1" for i in range(1, 41)]
-    write_csv(edges, "a.csv", "u,v,diff", chain)
+    graph = [f"{i},{i + 1},1" for i in range(1, 6)] + [f"6,{leaf},1" for leaf in range(7, 42)]
+    write_csv(edges, "a.csv", "u,v,diff", graph)
     args = ["examples/connected_components.py", "--edges", str(edges), "--output", str(tmp_path / "cc.jsonlines"),
             "--state", str(tmp_path / "state"), "--stop-when-idle"]
     from tests.integration.spark_app.harness import Driver
