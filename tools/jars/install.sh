@@ -20,7 +20,8 @@ maven_home="$cache/maven-$maven_version"
 
 # maven: prints the path of the pinned mvn, fetching it first if need be.
 maven() {
-  if command -v mvn >/dev/null 2>&1 && mvn -B -v 2>/dev/null | grep -q "^Apache Maven $maven_version "; then
+  # Read whole, not piped to grep -q: under pipefail, grep leaving early could fail the check.
+  if command -v mvn >/dev/null 2>&1 && [[ "$(mvn -B -v 2>/dev/null || true)" == "Apache Maven $maven_version "* ]]; then
     command -v mvn
     return
   fi
