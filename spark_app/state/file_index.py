@@ -12,7 +12,11 @@ path (or another volume) without its files being read again.
 
 Admission is append-only: a file listed once keeps its number forever, so replaying
 a batch reads exactly the same files. Segments are merged into a ``base-<end>.json``
-every ``COMPACT_AFTER`` segments to keep start-up reads short.
+every ``COMPACT_AFTER`` segments to keep start-up reads short. Compaction deletes the
+segments inside the base, which reopens their names: a slow writer whose view ended
+there could create one again. So an admission counts only if no base covers its
+segment; otherwise the writer reloads and admits after the base (the stray segment lies
+inside the base, where loading never looks).
 """
 
 from __future__ import annotations
@@ -27,8 +31,14 @@ _SEGMENT = re.compile(r"/files/(base-)?(\d{12})\.json$")
 
 
 class IndexCorrupted(Exception):
-    """The index's segments do not form one chain (storage edited by hand?)."""
+    """The index's segments do not form one chain, or one is damaged (storage edited by hand?)."""
 
+
+class _Vanished(Exception):
+    """A listed segment was deleted before it could be read."""
+
+
+_RELOAD_ATTEMPTS = 5
 
 class FileIndex:
     def __init__(self, storage: Storage, persistent_id: str) -> None:
@@ -64,7 +74,8 @@ class FileIndex:
                 return len(self._files)
             start, end = len(self._files), len(self._files) + len(new)
             body = {"start": start, "files": [[f.path, f.size, f.mtime_ms] for f in new]}
-            if self._storage.create(self._segment_key(start), json.dumps(body).encode()):
+            if self._storage.create(self._segment_key(start), json.dumps(body).encode()) and \
+                    self._covering_base(start) is None:
                 self._extend(new)
                 self._segments += 1
                 if self._segments >= COMPACT_AFTER:
@@ -73,6 +84,15 @@ class FileIndex:
             self.reload()  # another writer admitted files first: take theirs, then retry
 
     def reload(self) -> None:
+        for _ in range(_RELOAD_ATTEMPTS):
+            try:
+                self._load()
+                return
+            except _Vanished:
+                continue  # a concurrent compaction replaced what was listed: list again
+        raise IndexCorrupted(f"{self._prefix}: segments kept vanishing while loading the file index")
+
+    def _load(self) -> None:
         self._files, self._known, self._segments = [], set(), 0
         keys = self._storage.list(self._prefix)
         bases = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and m.group(1))
@@ -86,14 +106,32 @@ class FileIndex:
             self._segments += 1
         self._loaded = True
 
+    def _covering_base(self, start: int) -> str | None:
+        """A base that holds file ``start``: its segment was deleted, so creating it again
+        succeeded, but it is not part of the chain."""
+        for key in self._storage.list(self._prefix):
+            match = _SEGMENT.search(key)
+            if match and match.group(1) and int(match.group(2)) > start:
+                return key
+        return None
+
     def _apply(self, key: str, expected_start: int) -> None:
         try:
-            body = json.loads(self._storage.read(key))
+            data = self._storage.read(key)
         except NotFound:
-            raise IndexCorrupted(f"{key} vanished while loading the file index") from None
-        if body["start"] != expected_start:
-            raise IndexCorrupted(f"{key} starts at file {body['start']}, expected {expected_start}")
-        self._extend([FileEntry(p, int(s), int(m)) for p, s, m in body["files"]])
+            raise _Vanished() from None
+        try:
+            body = json.loads(data)
+            files = [FileEntry(p, int(s), int(m)) for p, s, m in body["files"]]
+            start = body["start"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise IndexCorrupted(
+                f"file index segment {key} is damaged ({len(data)} bytes; {error}); "
+                "`python -m spark_app repair URI` removes it if no committed offset reaches into it"
+            ) from None
+        if start != expected_start:
+            raise IndexCorrupted(f"{key} starts at file {start}, expected {expected_start}")
+        self._extend(files)
 
     def _extend(self, entries: list[FileEntry]) -> None:
         self._files.extend(entries)

@@ -6,6 +6,14 @@ means another driver wrote after it, which is how a driver learns it has been fe
 (see ``spark_app.state.session``). Every record carries the full current state (the
 heads of all queries), so the newest entry alone describes the pipeline and old
 entries can be deleted.
+
+Deleting old entries reopens their slots: a driver frozen long enough for a newer one
+to compact the log would find ``last_seen + 1`` free again. So an append counts only if
+its entry is also the highest one: after the create, the log is listed, and an entry
+with a higher number fences the writer. Its own entry stays: no reader takes a lower
+entry for the newest, and compaction removes it later. (If the higher entry came after
+the create, the newer driver may have resumed from it; the writer cannot tell, so it
+stops without publishing anything, and the newer driver completes what it resumed.)
 """
 
 from __future__ import annotations
@@ -28,11 +36,23 @@ class LogEntry:
 
 
 class LogConflict(Exception):
-    """Another writer created the entry this writer wanted."""
+    """Another writer created the entry this writer wanted, or one after it."""
 
     def __init__(self, existing: LogEntry) -> None:
         super().__init__(f"metadata log entry {existing.seq} was written by another driver")
         self.existing = existing
+
+
+class LogCorrupted(Exception):
+    """An entry of the metadata log is not a record (truncated or written by something else)."""
+
+    def __init__(self, key: str, size: int, reason: str) -> None:
+        super().__init__(
+            f"metadata log entry {key} is damaged ({size} bytes; {reason}); "
+            "`python -m spark_app inspect URI` shows the log, and `python -m spark_app repair URI` "
+            "falls back to the previous good entry where that is safe"
+        )
+        self.key = key
 
 
 def entry_key(seq: int) -> str:
@@ -48,17 +68,31 @@ class MetadataLog:
 
     def latest(self) -> LogEntry | None:
         """The newest entry, or None for a pipeline that never started."""
-        for seq in reversed(self.sequence_numbers()):
-            entry = self.entry(seq)
+        return self.newest_after(0)
+
+    def newest_after(self, seq: int) -> LogEntry | None:
+        """The highest entry numbered above ``seq``, or None if there is none."""
+        for number in reversed(self.sequence_numbers()):
+            if number <= seq:
+                return None
+            entry = self.entry(number)
             if entry is not None:
                 return entry
         return None
 
     def entry(self, seq: int) -> LogEntry | None:
+        key = entry_key(seq)
         try:
-            return LogEntry(seq, json.loads(self._storage.read(entry_key(seq))))
+            data = self._storage.read(key)
         except NotFound:
             return None
+        try:
+            record = json.loads(data)
+        except ValueError as error:
+            raise LogCorrupted(key, len(data), str(error)) from None
+        if not isinstance(record, dict):
+            raise LogCorrupted(key, len(data), "not a JSON object")
+        return LogEntry(seq, record)
 
     def exists(self, seq: int) -> bool:
         return self.entry(seq) is not None
@@ -71,13 +105,18 @@ class MetadataLog:
         """
         record = {**record, "seq": seq}
         if self._storage.create(entry_key(seq), json.dumps(record, sort_keys=True).encode()):
-            return LogEntry(seq, record)
-        existing = self.entry(seq)
-        if existing is None:  # deleted by compaction between our create and read: not ours
-            raise LogConflict(LogEntry(seq, {}))
-        if existing.record.get("nonce") == record.get("nonce"):
-            return existing
-        raise LogConflict(existing)
+            entry = LogEntry(seq, record)
+        else:
+            existing = self.entry(seq)
+            if existing is None:  # deleted by compaction between our create and read: not ours
+                raise LogConflict(LogEntry(seq, {}))
+            if existing.record.get("nonce") != record.get("nonce"):
+                raise LogConflict(existing)
+            entry = existing
+        newer = self.newest_after(seq)
+        if newer is not None:
+            raise LogConflict(newer)
+        return entry
 
     def compact(self, keep: int) -> int:
         """Deletes all but the newest ``keep`` entries; returns how many were deleted."""

@@ -48,6 +48,14 @@ class StaleEpoch(Exception):
     """The requested epoch is not above the newest epoch that already started."""
 
 
+class StateOwnedElsewhere(Exception):
+    """The state root belongs to another PersistentPipeline."""
+
+
+class LeaseDamaged(Exception):
+    """lease.json is not a lease (truncated, or written by something else)."""
+
+
 class Fenced(Exception):
     """A driver with a higher epoch has started; this one must stop without committing."""
 
@@ -60,14 +68,36 @@ class Holder:
     host: str
     pid: int
     writer: str
+    boot: str = ""
+    """The kernel's boot id: with the host name, it tells this machine from another one of
+    the same name (pods of one name on two nodes), and this boot from the last."""
+    started: str = ""
+    """The process's start time in clock ticks since boot: a pid reused by a later process
+    has another one."""
 
     @classmethod
     def this_process(cls, pipeline: str) -> Holder:
-        return cls(pipeline=pipeline, host=socket.gethostname(), pid=os.getpid(), writer=uuid.uuid4().hex)
+        pid = os.getpid()
+        return cls(pipeline=pipeline, host=socket.gethostname(), pid=pid, writer=uuid.uuid4().hex,
+                   boot=_boot_id(), started=_start_time(pid))
 
     def describe(self) -> str:
         name = f"pipeline {self.pipeline}, " if self.pipeline else ""
         return f"{name}pid {self.pid} on host {self.host}"
+
+    def is_gone(self) -> bool:
+        """Whether this holder's process is known to have ended: it ran on this machine in
+        this boot, and its pid is free or belongs to a process started at another time.
+        Unknown (another host, no /proc) counts as not gone."""
+        if not self.boot or self.host != socket.gethostname() or self.boot != _boot_id():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # it exists, under another user
+        return bool(self.started) and _start_time(self.pid) != self.started
 
 
 @dataclass(frozen=True)
@@ -96,8 +126,23 @@ class Lease:
 
 def read_lease(storage: Storage) -> Lease | None:
     try:
-        return Lease.from_json(json.loads(storage.read(LEASE_KEY)))
+        data = storage.read(LEASE_KEY)
     except NotFound:
+        return None
+    try:
+        return Lease.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError) as error:
+        raise LeaseDamaged(f"{storage.root_uri}/{LEASE_KEY} is damaged ({len(data)} bytes; {error}); "
+                           "`python -m spark_app repair URI` removes it (the metadata log, not the "
+                           "lease, decides which driver may commit)") from None
+
+
+def _read_lease_or_none(storage: Storage) -> Lease | None:
+    """The lease, where a damaged one only warns: it is advisory, the log fences."""
+    try:
+        return read_lease(storage)
+    except LeaseDamaged as damaged:
+        log.warning("ignoring the lease: %s", damaged)
         return None
 
 
@@ -128,6 +173,7 @@ class StateSession:
         self._seq = entry.seq
         self._manifest = entry.record.get("manifest")
         self.state_id: str = entry.record["state_id"]
+        self.owner: str = entry.record.get("owner") or ""
         self.heads: dict[str, QueryHead] = heads_from_record(entry.record)
         self._lease_ttl_ms = lease_ttl_ms
         self._clock = clock
@@ -142,18 +188,27 @@ class StateSession:
         *,
         holder: Holder,
         requested_epoch: int | None = None,
+        owner: str = "",
         lease_ttl_ms: int = 30_000,
         clock: Callable[[], float] = time.time,
     ) -> StateSession:
         """Takes the next epoch of the pipeline whose metadata lives in ``storage``.
 
-        Raises ``AlreadyRunning``, ``StaleEpoch`` or ``IncompatibleChange`` with a message
+        ``owner`` names the PersistentPipeline (namespace/name) the driver runs for; empty
+        for a local run, which may resume any state. Raises ``AlreadyRunning``,
+        ``StaleEpoch``, ``StateOwnedElsewhere`` or ``IncompatibleChange`` with a message
         the user can act on. Nothing is written unless all checks pass.
         """
         storage.check_writable()
         metadata_log = MetadataLog(storage)
         for _ in range(3):
             latest = metadata_log.latest()
+            stored_owner = (latest.record.get("owner") or "") if latest else ""
+            if owner and stored_owner and owner != stored_owner:
+                raise StateOwnedElsewhere(
+                    f"the state at {storage.root_uri} belongs to PersistentPipeline {stored_owner}, not {owner}: "
+                    "two pipelines must not share a state root (they would fence each other, and deleting one "
+                    "could delete the other's state); give this one a persistence path of its own")
             stored_epoch = int(latest.record["epoch"]) if latest else 0
             epoch = _choose_epoch(storage, stored_epoch, requested_epoch, int(clock() * 1000))
             heads = heads_from_record(latest.record) if latest else {}
@@ -171,7 +226,7 @@ class StateSession:
             state_id = latest.record.get("state_id") if latest else None
             record = _record("epoch", epoch, holder, clock, digest, heads,
                              {"host": holder.host, "pid": holder.pid, "pipeline": holder.pipeline},
-                             state_id or uuid.uuid4().hex)
+                             state_id or uuid.uuid4().hex, owner or stored_owner)
             try:
                 entry = metadata_log.append((latest.seq if latest else 0) + 1, record)
             except LogConflict:
@@ -206,14 +261,15 @@ class StateSession:
         return self._append(kind, self.heads, detail)
 
     def check_not_fenced(self) -> None:
-        """Raises ``Fenced`` if another driver has appended after this one's last entry."""
+        """Raises ``Fenced`` if another driver has appended after this one's last entry
+        (anywhere above it: compaction may have emptied the slot right after it)."""
         with self._turn:
-            newer = self._log.entry(self._seq + 1)
+            newer = self._log.newest_after(self._seq)
         if newer is not None:
             raise self._fenced(newer)
 
     def renew_lease(self, status: dict[str, Any] | None = None, released: bool = False) -> None:
-        current = read_lease(self._storage)
+        current = _read_lease_or_none(self._storage)
         if current is not None and current.epoch > self.epoch:
             raise Fenced(f"driver epoch {self.epoch} was superseded by epoch {current.epoch} "
                          f"({current.holder.describe()}); this driver stops without committing")
@@ -229,7 +285,8 @@ class StateSession:
             log.warning("not releasing the lease: a newer driver already holds it")
 
     def _append(self, kind: str, heads: dict[str, QueryHead], detail: dict[str, Any]) -> LogEntry:
-        record = _record(kind, self.epoch, self.holder, self._clock, self._manifest, heads, detail, self.state_id)
+        record = _record(kind, self.epoch, self.holder, self._clock, self._manifest, heads, detail, self.state_id,
+                         self.owner)
         with self._turn:
             try:
                 entry = self._log.append(self._seq + 1, record)
@@ -249,7 +306,7 @@ class StateSession:
 
 
 def _choose_epoch(storage: Storage, stored_epoch: int, requested: int | None, now_ms: int) -> int:
-    lease = read_lease(storage)
+    lease = _read_lease_or_none(storage)
     if requested is not None:
         if requested <= stored_epoch:
             raise StaleEpoch(f"{STALE_EPOCH_PREFIX}{stored_epoch}: epoch {requested} is not above it, on "
@@ -259,6 +316,10 @@ def _choose_epoch(storage: Storage, stored_epoch: int, requested: int | None, no
                         lease.holder.describe(), (now_ms - lease.renewed_ms) / 1000)
         return requested
     if lease is not None and lease.epoch >= stored_epoch and lease.is_live(now_ms):
+        if lease.holder.is_gone():
+            log.warning("taking over at once from epoch %d: its lease was renewed %.1fs ago, but its holder "
+                        "(%s) has ended", lease.epoch, (now_ms - lease.renewed_ms) / 1000, lease.holder.describe())
+            return stored_epoch + 1
         raise AlreadyRunning(
             f"another driver holds the state at {storage.root_uri}: epoch {lease.epoch}, "
             f"{lease.holder.describe()}, lease renewed {(now_ms - lease.renewed_ms) / 1000:.1f}s ago. "
@@ -268,10 +329,11 @@ def _choose_epoch(storage: Storage, stored_epoch: int, requested: int | None, no
 
 
 def _record(kind: str, epoch: int, holder: Holder, clock: Callable[[], float], manifest: str | None,
-            heads: dict[str, QueryHead], detail: dict[str, Any], state_id: str) -> dict[str, Any]:
+            heads: dict[str, QueryHead], detail: dict[str, Any], state_id: str, owner: str) -> dict[str, Any]:
     return {
         "kind": kind,
         "state_id": state_id,
+        "owner": owner,
         "epoch": epoch,
         "writer": holder.writer,
         "nonce": uuid.uuid4().hex,
@@ -286,3 +348,20 @@ def _describe_heads(heads: dict[str, QueryHead]) -> str:
     if not heads:
         return "no batch committed yet"
     return ", ".join(f"{query} at batch {head.batch}" for query, head in sorted(heads.items()))
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """Field 22 of /proc/<pid>/stat (after the command name, which may hold spaces)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""

@@ -52,3 +52,17 @@ def test_an_offset_past_the_index_is_an_error(storage: Storage) -> None:
     index.admit([entry("a.csv", 1)])
     with pytest.raises(IndexCorrupted):
         index.files(0, 5)
+
+
+def test_a_slow_writer_cannot_fork_the_chain_after_compaction(storage: Storage, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A slow reader of the same source loaded the chain before another one admitted and
+    compacted it: compaction deleted the slot the slow reader appends at."""
+    monkeypatch.setattr(file_index, "COMPACT_AFTER", 3)
+    slow, fast = FileIndex(storage, "src"), FileIndex(storage, "src")
+    assert slow.admit([entry("a.csv", 1)]) == 1
+    for i in range(2, 6):
+        fast.admit([entry(f"f{i}.csv", i)])
+    assert slow.admit([entry("a.csv", 1), entry("late.csv", 9)]) == 6
+    chain = [f.path for f in FileIndex(storage, "src").files(0, 6)]
+    assert chain == ["a.csv", "f2.csv", "f3.csv", "f4.csv", "f5.csv", "late.csv"]
+    assert [f.path for f in slow.files(0, 6)] == chain

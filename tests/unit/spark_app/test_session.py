@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +15,14 @@ from spark_app.state.identity import IncompatibleChange, Manifest, QueryIdentity
 from spark_app.state.inspect import inspect
 from spark_app.state.log import PREFIX
 from spark_app.state.records import OutputHead, QueryHead
-from spark_app.state.session import AlreadyRunning, Fenced, Holder, StaleEpoch, StateSession
+from spark_app.state.session import (
+    AlreadyRunning,
+    Fenced,
+    Holder,
+    StaleEpoch,
+    StateOwnedElsewhere,
+    StateSession,
+)
 from spark_app.storage import Storage
 
 
@@ -197,3 +207,65 @@ def test_the_log_is_compacted_but_keeps_the_newest_state(storage: Storage, monke
     assert len(storage.list("log/")) <= 10
     session.close("done")
     assert open_session(storage, clock).heads["out"] == head(11)
+
+
+def test_a_stale_driver_stays_fenced_after_the_newer_driver_compacted_the_log(storage: Storage,
+                                                                             monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Compaction deletes old entries, which reopens the slot right after the stale driver's
+    last entry: the fence must hold on the log's highest entry, not on that slot."""
+    monkeypatch.setattr("spark_app.state.session.LOG_RETAINED", 5)
+    clock = Clock()
+    stale = open_session(storage, clock, epoch=1)
+    stale.commit("out", head(0))
+    newer = open_session(storage, clock, epoch=2)
+    for batch in range(1, 13):
+        newer.commit("out", head(batch))
+    with pytest.raises(Fenced, match="epoch 1 was superseded"):
+        stale.check_not_fenced()
+    with pytest.raises(Fenced):
+        stale.commit("out", head(1))
+    with pytest.raises(Fenced):
+        stale.record("snapshot", {})
+    third = open_session(storage, clock, epoch=3)
+    assert third.heads["out"] == head(12)
+
+
+def test_a_local_driver_takes_over_at_once_from_a_dead_process_on_this_host(storage: Storage) -> None:
+    """kill -9 leaves a live-looking lease behind; its holder's pid says it is gone."""
+    clock = Clock()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ghost = replace(Holder.this_process("test"), pid=int(dead.stdout))
+    StateSession.open(storage, manifest(), holder=ghost, clock=clock)
+    clock.now += 1
+    assert open_session(storage, clock).epoch == 2
+
+
+def test_a_live_process_on_this_host_still_holds_the_lease(storage: Storage) -> None:
+    clock = Clock()
+    StateSession.open(storage, manifest(), holder=Holder.this_process("test"), clock=clock)
+    clock.now += 1
+    with pytest.raises(AlreadyRunning):
+        open_session(storage, clock)
+
+
+def test_a_reused_pid_does_not_hold_the_lease(storage: Storage) -> None:
+    """The pid lives, but it is another process than the one that took the lease."""
+    clock = Clock()
+    holder = Holder.this_process("test")
+    StateSession.open(storage, manifest(), holder=replace(holder, started="1"), clock=clock)
+    clock.now += 1
+    assert open_session(storage, clock).epoch == 2
+
+
+def test_a_state_root_of_another_pipeline_is_refused(storage: Storage) -> None:
+    clock = Clock()
+    holder = Holder.this_process("test")
+    first = StateSession.open(storage, manifest(), holder=holder, requested_epoch=1, owner="ns/first", clock=clock)
+    first.close("done")
+    with pytest.raises(StateOwnedElsewhere, match="belongs to PersistentPipeline ns/first, not ns/second"):
+        StateSession.open(storage, manifest(), holder=holder, requested_epoch=2, owner="ns/second", clock=clock)
+    # The same pipeline resumes it (recreated under the same name), and so may a local run.
+    resumed = StateSession.open(storage, manifest(), holder=holder, requested_epoch=2, owner="ns/first", clock=clock)
+    resumed.close("done")
+    local = StateSession.open(storage, manifest(), holder=holder, clock=clock)
+    assert local.epoch == 3 and local.owner == "ns/first"
