@@ -1,7 +1,8 @@
 """The spark_app command line.
 
     python -m spark_app run PIPELINE.py [ARGS...]   run a pipeline file (or -m module)
-    python -m spark_app inspect URI [--json]        the latest commit stored at URI
+    python -m spark_app inspect URI [--json]        the latest commit stored at URI, and any damage
+    python -m spark_app repair URI [--yes]          fall back from damaged state where that is safe
     python -m spark_app reset URI --yes             delete the stored state at URI
 """
 
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("pipeline")
     run.add_argument("args", nargs=argparse.REMAINDER)
     for name, text in (("inspect", "print the latest commit of stored state"),
+                       ("repair", "remove damaged state files where that is safe (a dry run without --yes)"),
                        ("reset", "delete stored state (metadata and snapshots)")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("uri", help="a state folder, or s3://bucket/prefix")
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             sub.add_argument("--json", action="store_true", help="machine-readable output")
             sub.add_argument("--sizes", action="store_true", help="also sum the stored bytes (lists everything)")
         else:
-            sub.add_argument("--yes", action="store_true", help="really delete")
+            sub.add_argument("--yes", action="store_true", help="really change the stored state")
     options = parser.parse_args(argv)
     if options.command == "run":
         from spark_app.entrypoint import run_pipeline
@@ -46,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                                  region=options.region)
     if options.command == "inspect":
         return _inspect(metadata, snapshots, options.json, options.sizes)
+    if options.command == "repair":
+        return _repair(metadata, snapshots, options.yes)
     return _reset(metadata, snapshots, options.yes)
 
 
@@ -59,6 +63,34 @@ def _inspect(metadata: Backend, snapshots: Backend, as_json: bool, sizes: bool) 
         print(f"cannot read {metadata.root}: {error}", file=sys.stderr)
         return contract.EXIT_MISCONFIGURED
     print(json.dumps(report, indent=2, sort_keys=True) if as_json else render(report))
+    return 0
+
+
+def _repair(metadata: Backend, snapshots: Backend, yes: bool) -> int:
+    from spark_app.state.repair import apply_repair, plan_repair, render
+    from spark_app.state.session import LeaseDamaged, read_lease
+
+    storage, snapshot_storage = metadata.storage(), snapshots.storage()
+    try:
+        lease = read_lease(storage)
+    except LeaseDamaged:
+        lease = None
+    if lease is not None and lease.is_live(int(__import__("time").time() * 1000)):
+        print(f"refusing to repair: a live driver holds the state ({lease.holder.describe()}); stop it first",
+              file=sys.stderr)
+        return contract.EXIT_ALREADY_RUNNING
+    plan = plan_repair(storage, snapshot_storage)
+    print(render(plan))
+    if not plan.damage:
+        return 0
+    if not plan.safe:
+        print("nothing was changed: part of the damage cannot be repaired safely", file=sys.stderr)
+        return contract.EXIT_MISCONFIGURED
+    if not yes:
+        print("run again with --yes to repair", file=sys.stderr)
+        return 1
+    folder = apply_repair(storage, snapshot_storage, plan)
+    print(f"repaired; what was removed is kept under {folder} of the state")
     return 0
 
 

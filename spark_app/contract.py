@@ -24,6 +24,9 @@ EPOCH = "SPARK_APP_EPOCH"
 PIPELINE = "SPARK_APP_PIPELINE"
 SPARK_CONF = "SPARK_APP_SPARK_CONF"
 DEAD_LETTER_URI = "SPARK_APP_DEAD_LETTER_URI"
+OUTAGE_BUDGET_SECONDS = "SPARK_APP_OUTAGE_BUDGET_SECONDS"
+MAX_FILES_PER_TRIGGER = "SPARK_APP_MAX_FILES_PER_TRIGGER"
+MAX_BYTES_PER_TRIGGER = "SPARK_APP_MAX_BYTES_PER_TRIGGER"
 # Filled by the operator from the downward API; with both set, the driver reports its
 # progress in an annotation on its own pod, which the operator watches.
 POD_NAME = "SPARK_APP_POD_NAME"
@@ -52,6 +55,9 @@ ALL = (
     PIPELINE,
     SPARK_CONF,
     DEAD_LETTER_URI,
+    OUTAGE_BUDGET_SECONDS,
+    MAX_FILES_PER_TRIGGER,
+    MAX_BYTES_PER_TRIGGER,
     POD_NAME,
     POD_NAMESPACE,
 )
@@ -72,6 +78,10 @@ that the operator can relaunch with a higher one."""
 STALE_EPOCH_PREFIX = "stale epoch; stored epoch is "
 EXIT_ALREADY_RUNNING = 4
 """Another live driver holds the pipeline's lease (local runs only)."""
+EXIT_STORAGE_UNAVAILABLE = 5
+"""The state's storage stayed unreachable for longer than the driver's outage budget. A
+transient condition: the operator relaunches with capped backoff, without counting it as
+a failure, until storage is back."""
 
 TERMINATION_LOG = "/dev/termination-log"
 """Where a driver writes its final one-line message (Kubernetes' terminationMessagePath)."""
@@ -102,6 +112,13 @@ class InjectedConfig:
     """Extra Spark configuration (spark.master, executor settings, ...)."""
     dead_letter_uri: str | None = None
     """Where malformed input rows go; defaults to beside the first output."""
+    outage_budget_seconds: int | None = None
+    """How long the driver rides out a storage outage before it exits with
+    EXIT_STORAGE_UNAVAILABLE (None: the runtime's default)."""
+    max_files_per_trigger: int | None = None
+    """The default bound of a file source's batch in files (a source may set its own)."""
+    max_bytes_per_trigger: int | None = None
+    """The default bound of a file source's batch in bytes."""
 
     def to_env(self) -> dict[str, str]:
         env = {
@@ -121,6 +138,11 @@ class InjectedConfig:
             env[SPARK_CONF] = json.dumps(dict(self.spark_conf), sort_keys=True)
         if self.dead_letter_uri:
             env[DEAD_LETTER_URI] = self.dead_letter_uri
+        for name, value in ((OUTAGE_BUDGET_SECONDS, self.outage_budget_seconds),
+                            (MAX_FILES_PER_TRIGGER, self.max_files_per_trigger),
+                            (MAX_BYTES_PER_TRIGGER, self.max_bytes_per_trigger)):
+            if value is not None:
+                env[name] = str(value)
         return env
 
     @classmethod
@@ -142,6 +164,9 @@ class InjectedConfig:
             s3_path_style=environ.get(S3_PATH_STYLE, "false").lower() == "true",
             spark_conf=_json_object(environ, SPARK_CONF),
             dead_letter_uri=environ.get(DEAD_LETTER_URI) or None,
+            outage_budget_seconds=_positive_int(environ, OUTAGE_BUDGET_SECONDS, default=None),
+            max_files_per_trigger=_positive_int(environ, MAX_FILES_PER_TRIGGER, default=None),
+            max_bytes_per_trigger=_positive_int(environ, MAX_BYTES_PER_TRIGGER, default=None),
         )
 
 

@@ -99,10 +99,17 @@ class Config:
     """A name for the lease holder and for messages."""
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     dead_letter_uri: str | None = None
+    outage_budget_s: float = 900.0
+    """How long a storage outage is ridden out (retries of each operation, restarts of a
+    failing query) before the driver exits with contract.EXIT_STORAGE_UNAVAILABLE."""
+    source_limits: Mapping[str, int] = field(default_factory=dict)
+    """Default batch bounds of file sources: max_files_per_trigger, max_bytes_per_trigger."""
 
     def __post_init__(self) -> None:
         if self.snapshot_interval_ms <= 0:
             raise ValueError(f"snapshot_interval_ms must be positive, got {self.snapshot_interval_ms}")
+        if self.outage_budget_s <= 0:
+            raise ValueError(f"outage_budget_s must be positive, got {self.outage_budget_s}")
 
     @classmethod
     def simple_config(cls, backend: Backend, snapshot_interval_ms: int = DEFAULT_SNAPSHOT_INTERVAL_MS,
@@ -125,4 +132,7 @@ class Config:
             pipeline=injected.pipeline,
             spark_conf=injected.spark_conf,
             dead_letter_uri=injected.dead_letter_uri,
+            outage_budget_s=float(injected.outage_budget_seconds or 900),
+            source_limits={k: v for k, v in (("max_files_per_trigger", injected.max_files_per_trigger),
+                                             ("max_bytes_per_trigger", injected.max_bytes_per_trigger)) if v},
         )

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from spark_app.io.csv import _limits
 from spark_app.runtime.pipeline import current
 
 
-def read(path: str, *, schema: str, persistent_id: str | None = None, pattern: str = "*") -> DataFrame:
+def read(path: str, *, schema: str, persistent_id: str | None = None, pattern: str = "*",
+         max_files_per_trigger: int | None = None, max_bytes_per_trigger: int | None = None) -> DataFrame:
     """A streaming DataFrame of the objects, one per line, of every file under ``path``.
 
     Fields are matched by name; missing fields are null, extra fields are ignored. A line
     that is not a JSON object of the schema's types is set aside in the dead-letter
-    location with its error. See ``spark_app.io.csv.read`` for ``persistent_id``.
+    location with its error. See ``spark_app.io.csv.read`` for ``persistent_id`` and the
+    batch bounds.
     """
-    return current().add_source("jsonlines", path, schema, persistent_id, {"pattern": pattern})
+    options = {"pattern": pattern, **_limits(max_files_per_trigger, max_bytes_per_trigger)}
+    return current().add_source("jsonlines", path, schema, persistent_id, options)
 
 
 def write(df: DataFrame, path: str, *, name: str | None = None, key: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -34,18 +34,27 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.faults import AFTER_COMMIT, AFTER_OUTPUT, crash_point
+from spark_app.runtime.faults import AFTER_COMMIT, AFTER_OUTPUT, AFTER_SNAPSHOT_COMMIT, crash_point
 from spark_app.runtime.file_source import SourceOrderChanged, count_dead_letters
-from spark_app.runtime.outputs import Batch, DeltaOutput, OutputDamaged, Written
+from spark_app.runtime.outputs import Batch, OutputContext, OutputDamaged, Written
 from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
 from spark_app.runtime.session import spark_conf
-from spark_app.state.file_index import FileIndex
+from spark_app.state.file_index import FileIndex, IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
+from spark_app.state.log import LogCorrupted
 from spark_app.state.records import QueryHead
-from spark_app.state.session import AlreadyRunning, Fenced, Holder, StaleEpoch, StateSession
-from spark_app.storage import NotFound, Storage, StorageMisconfigured, StorageUnavailable, join
+from spark_app.state.session import (
+    AlreadyRunning,
+    Fenced,
+    Holder,
+    LeaseDamaged,
+    StaleEpoch,
+    StateOwnedElsewhere,
+    StateSession,
+)
+from spark_app.storage import NotFound, RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable, join
 
 log = logging.getLogger("spark_app")
 
@@ -59,6 +68,11 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (KeyNotInOutput, contract.EXIT_MISCONFIGURED),
     (SourceOrderChanged, contract.EXIT_MISCONFIGURED),
     (OutputDamaged, contract.EXIT_MISCONFIGURED),
+    (StateOwnedElsewhere, contract.EXIT_MISCONFIGURED),
+    (LogCorrupted, contract.EXIT_MISCONFIGURED),
+    (LeaseDamaged, contract.EXIT_MISCONFIGURED),
+    (IndexCorrupted, contract.EXIT_MISCONFIGURED),
+    (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
 ]
 
 
@@ -77,9 +91,6 @@ class RunOptions:
     """Stop once every source's available input is processed and committed (a batch run)."""
     stop_timeout_s: float = 20.0
     """On SIGTERM, how long the batch in flight may take to finish before it is abandoned."""
-    outage_budget_s: float = 900.0
-    """How long a query keeps being restarted after failures that may be transient
-    (storage outages), counted from the first failure since the last commit."""
     lease_renew_s: float = 5.0
 
 
@@ -128,8 +139,11 @@ class Driver:
 
     def _start(self) -> None:
         config = self._config
-        metadata = config.metadata_storage.storage()
-        snapshots = config.snapshot_storage.storage()
+        # Each operation rides out an outage for the budget, then the driver exits with
+        # EXIT_STORAGE_UNAVAILABLE and the operator relaunches it once storage is back.
+        retry = RetryPolicy(deadline_s=config.outage_budget_s)
+        metadata = config.metadata_storage.storage(retry)
+        snapshots = config.snapshot_storage.storage(retry)
         snapshots.check_writable()
         spark = self._pipeline.spark()
         apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf),
@@ -137,7 +151,7 @@ class Driver:
         holder = Holder.this_process(config.pipeline or os.path.basename(os.environ.get("SPARK_APP_PIPELINE_FILE", "")))
         self._reporter = PodReporter.from_env()
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,
-                                          requested_epoch=config.epoch)
+                                          requested_epoch=config.epoch, owner=config.pipeline)
         self.report()
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         _check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
@@ -146,7 +160,7 @@ class Driver:
             endpoint_url=config.snapshot_storage.endpoint_url, region=config.snapshot_storage.region,
             path_style=config.snapshot_storage.path_style if config.snapshot_storage.kind == "s3" else None,
         )
-        self._pipeline.write_context(config.snapshot_storage, dead_letter)
+        self._pipeline.write_context(config.snapshot_storage, dead_letter, config.source_limits)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, dead_letter)
             self._handlers[name] = handler
@@ -221,8 +235,9 @@ class Driver:
         if restarts.started is None:
             restarts.started = time.monotonic()
         elapsed = time.monotonic() - restarts.started
-        if elapsed > self._options.outage_budget_s:
-            raise RuntimeError(f"query {name} kept failing for {elapsed:.0f}s; last error: {message}")
+        if elapsed > self._config.outage_budget_s:
+            raise StorageUnavailable(f"query {name} kept failing for {elapsed:.0f}s (the outage budget is "
+                                     f"{self._config.outage_budget_s:.0f}s); last error: {message}")
         delay = min(30.0, 0.5 * 2 ** restarts.count)
         restarts.count += 1
         log.warning("query %s failed (%s); restarting it from its last commit in %.1fs (attempt %d)",
@@ -250,6 +265,9 @@ class Driver:
         assert self._session is not None
         self._session.close(self._stop_reason)
         self._close_outputs()
+        self.report()
+        if self._reporter is not None:
+            self._reporter.close()
         log.info("stopped cleanly at %s", _describe_heads(self._session.heads))
         return contract.EXIT_OK
 
@@ -275,6 +293,8 @@ class Driver:
             except Exception:  # noqa: BLE001 - already failing; report the first error
                 pass
         self._close_outputs()
+        if self._reporter is not None:
+            self._reporter.close(timeout=2.0)
         write_termination_message(message)
         return code
 
@@ -323,6 +343,7 @@ class Driver:
                 "commit_time_ms": head.commit_time_ms if head else None,
                 "offsets": head.offsets if head else {},
                 "malformed": sum(c.get("malformed", 0) for c in head.sources.values()) if head else 0,
+                "file_problems": sum(c.get("file_problems", 0) for c in head.sources.values()) if head else 0,
                 "iterate": head.iterate if head else None,
                 "active": bool(status.get("isTriggerActive")),
                 "backlog": bool(status.get("isDataAvailable")),
@@ -380,10 +401,8 @@ class BatchHandler:
         iterate operator checking its stored fixed point) as its own record."""
         head = self._driver.session.heads.get(self._name)
         sink = self._spec.sink
-        for output in sink.outputs():
-            if isinstance(output, DeltaOutput):
-                output.bind(f"spark_app-{self._driver.session.state_id}-{output.name}")
-        sink.recover(head, self._snapshots)
+        session = self._driver.session
+        sink.recover(head, OutputContext(session.epoch, session.state_id, self._snapshots))
         written = sink.start(int(time.time() * 1000))
         if written is not None:
             self._commit(written, head, head.batch if head else -1, int(time.time() * 1000),
@@ -457,13 +476,19 @@ class BatchHandler:
             return
         self._last_snapshot = time.monotonic()
         outputs = dict(head.outputs)
+        snapshotted = []
         for output in self._spec.sink.outputs():
             if output.name in outputs:
                 stored = output.snapshot(outputs[output.name], head.batch, self._snapshots)
                 if stored is not None:
+                    snapshotted.append((output, outputs[output.name]))
                     outputs[output.name] = stored
-        if outputs != head.outputs:
-            self._driver.commit(self._name, QueryHead(**{**head.__dict__, "outputs": outputs}), kind="snapshot")
+        if not snapshotted:
+            return
+        self._driver.commit(self._name, replace(head, outputs=outputs), kind="snapshot")
+        crash_point(AFTER_SNAPSHOT_COMMIT, head.batch)
+        for output, previous in snapshotted:  # only now is the previous snapshot no longer the one to load
+            output.snapshot_committed(previous, self._snapshots)
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
         key = join("checkpoints", self._name, "offsets", str(batch_id))
@@ -486,9 +511,11 @@ class BatchHandler:
             end = int(offset["files"])
             previous = counters.get(pid, {})
             files = self._indexes[pid].files(start, end) if pid in self._indexes and end > start else []
+            set_aside = count_dead_letters(self._dead_letter, pid, files)
             counters[pid] = {
                 "files": end,
-                "malformed": previous.get("malformed", 0) + count_dead_letters(self._dead_letter, pid, files),
+                "malformed": previous.get("malformed", 0) + set_aside.rows,
+                "file_problems": previous.get("file_problems", 0) + set_aside.files,
             }
         return counters
 

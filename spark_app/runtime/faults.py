@@ -16,6 +16,8 @@ AFTER_OUTPUT = "after-output"
 """The batch's output is written but not committed."""
 AFTER_COMMIT = "after-commit"
 """The batch is committed in the metadata log, but Spark has not recorded it."""
+AFTER_SNAPSHOT_COMMIT = "after-snapshot-commit"
+"""A new output snapshot is committed; the previous one is not deleted yet."""
 IN_ITERATION = "in-iteration"
 """An iterate operator has finished an iteration of the batch's fixed point, not the last."""
 

@@ -2,9 +2,19 @@
 
 Planning runs on the driver: ``latestOffset`` lists the input folder and admits new
 files to the durable ``FileIndex``; offsets are ``{"source": persistent_id, "files": N}``
-and Spark keeps them in its offset log. Reading runs in Spark tasks: each task parses
-its files with ``parsing`` and writes the rows it rejects to the dead-letter location,
-one object per input file, so that re-reading a file rewrites the same dead letters.
+and Spark keeps them in its offset log. A batch is bounded (``Limits``: files and bytes
+per trigger), so a backlog after an outage drains in several batches instead of one that
+does not fit in memory and, its offsets being logged, fails again at every restart.
+The reader learns where its query stands from Spark itself: ``initialOffset`` for a new
+query, and an empty ``partitions(end, end)`` call with the last logged offset on a
+restart (Spark's AcceptsLatestSeenOffset).
+
+Reading runs in Spark tasks: each task parses its files with ``parsing``, a block of
+lines at a time (a file is never held whole), and writes what it sets aside to the
+dead-letter location, one object per input file, so that re-reading a file rewrites the
+same dead letters. A file is read up to the size it had when it was admitted, so a
+replay reads the same bytes; one that vanished, shrank or grew since is recorded there
+too (a ``file`` record) and counted, and the batch goes on.
 """
 
 from __future__ import annotations
@@ -24,9 +34,31 @@ from spark_app.persistence import Backend
 from spark_app.runtime.inputs import InputLocation
 from spark_app.runtime.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
 from spark_app.state.file_index import FileIndex
-from spark_app.storage import FileEntry, join
+from spark_app.storage import FileEntry, NotFound, Storage, join
 
 FORMAT_NAME = "spark_app_files"
+BLOCK_BYTES = 16 << 20
+"""How much of a file a task parses at once (cut at a line's end)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much input one batch of a file source takes."""
+
+    max_files_per_trigger: int = 1000
+    max_bytes_per_trigger: int = 128 << 20
+    """Sized for a 2 GiB driver in local mode: Spark spills what its operators hold, and
+    the outputs stream their batch to storage."""
+
+    @classmethod
+    def from_options(cls, options: dict[str, str], defaults: dict[str, Any]) -> Limits:
+        def pick(name: str) -> int:
+            value = int(options.get(name) or defaults.get(name) or getattr(cls(), name))
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+            return value
+
+        return cls(pick("max_files_per_trigger"), pick("max_bytes_per_trigger"))
 
 
 class SourceOrderChanged(Exception):
@@ -87,6 +119,9 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._parallelism = max(1, int(options.get("parallelism", "2")))
         self._snapshot = Backend(**context["snapshot"])
         self._index_cache: FileIndex | None = None
+        self._limits = Limits.from_options(options, context.get("limits", {}))
+        self._position: int | None = None
+        """Where this query's next batch starts: the end of the last batch Spark planned."""
         self._plan = ReadPlan(
             persistent_id=self._pid,
             format=options["format"],
@@ -112,10 +147,16 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return {**self.__dict__, "_index_cache": None}
 
     def initialOffset(self) -> dict[str, Any]:
+        self._position = 0
         return {"source": self._pid, "files": 0}
 
     def latestOffset(self) -> dict[str, Any]:
-        return {"source": self._pid, "files": self._index.admit(self._plan.input.list())}
+        admitted = self._index.admit(self._plan.input.list())
+        if self._position is None:  # Spark always says where the query stands first
+            return {"source": self._pid, "files": admitted}
+        end = self._index.bounded_end(self._position, admitted, self._limits.max_files_per_trigger,
+                                      self._limits.max_bytes_per_trigger)
+        return {"source": self._pid, "files": end}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         for offset in (start, end):
@@ -124,6 +165,7 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                     f"source {self._pid!r} was given the offset of source {offset.get('source')!r}: the "
                     "query's sources were reordered or replaced since its state was written"
                 )
+        self._position = int(end["files"])
         files = self._index.files(int(start["files"]), int(end["files"]))
         return [FilesPartition(self._plan, group) for group in _balance(files, self._parallelism)]
 
@@ -137,32 +179,114 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 def read_files(plan: ReadPlan, files: Sequence[FileEntry]) -> Iterator[pa.RecordBatch]:
     dead_letters = plan.dead_letter.storage()
     for entry in files:
-        parsed = _parse(plan, plan.input.read(entry.path))
-        if parsed.rejected:
-            lines = [
-                json.dumps({"source": plan.persistent_id, "file": entry.path, **r.to_json()}, sort_keys=True)
-                for r in parsed.rejected
-            ]
+        set_aside: list[dict[str, Any]] = []
+        for first_line, data in _blocks(plan, entry, set_aside):
+            parsed = _parse(plan, data, first_line)
+            set_aside += [{"kind": "row", **r.to_json()} for r in parsed.rejected]
+            yield from parsed.table.to_batches(max_chunksize=65_536)
+        if set_aside:
+            lines = [json.dumps({"source": plan.persistent_id, "file": entry.path, **r}, sort_keys=True)
+                     for r in set_aside]
             dead_letters.write(dead_letter_key(plan.persistent_id, entry.path), ("\n".join(lines) + "\n").encode())
-        yield from parsed.table.to_batches(max_chunksize=65_536)
 
 
-def count_dead_letters(dead_letter: Backend, persistent_id: str, files: Sequence[FileEntry]) -> int:
-    """How many rows of ``files`` were set aside (read back from the dead-letter objects)."""
+def _blocks(plan: ReadPlan, entry: FileEntry, set_aside: list[dict[str, Any]]) -> Iterator[tuple[int, bytes]]:
+    """The file's bytes as it was admitted (``entry.size``), a block of whole lines at a
+    time, each with the file line number of its first data line (a CSV header is repeated
+    at the head of every block). What changed since admission goes to ``set_aside``."""
+    header = b""
+    has_header = plan.format == "csv" and plan.csv.header
+    position, line = 0, 1
+    while position < entry.size:
+        end = min(position + BLOCK_BYTES, entry.size)
+        last = end == entry.size
+        try:
+            # The last read asks for one byte more: getting it means the file grew.
+            data = plan.input.read_range(entry.path, position, end + 1 if last else end)
+        except NotFound:
+            set_aside.append(_file_problem(
+                "the file was deleted after it was admitted" + (
+                    f"; {position} of its {entry.size} bytes were read" if position else "; nothing of it was read")))
+            return
+        if last and len(data) > end - position:
+            data = data[: end - position]
+            set_aside.append(_file_problem(f"the file grew after it was admitted; its first {entry.size} bytes "
+                                           "(its size then) were read"))
+        elif len(data) < end - position:
+            set_aside.append(_file_problem(f"the file is shorter than when it was admitted ({entry.size} bytes); "
+                                           f"the {position + len(data)} bytes left were read"))
+            last = True
+        if not last:
+            cut = data.rfind(b"\n")
+            if cut < 0:  # one line longer than a block: take it whole with the next read
+                data += plan.input.read_range(entry.path, end, _line_end(plan, entry, end))
+                cut = len(data) - 1
+            data = data[: cut + 1]
+        position += len(data)
+        if has_header and line == 1:
+            split = data.find(b"\n") + 1 or len(data)
+            header, data, line = data[:split], data[split:], 2
+        first_line = line
+        line += data.count(b"\n")
+        yield first_line, header + data
+        if last:
+            return
+
+
+def _line_end(plan: ReadPlan, entry: FileEntry, start: int) -> int:
+    """Where the line running on at ``start`` ends (after its newline), or the file's end."""
+    position = start
+    while position < entry.size:
+        chunk = plan.input.read_range(entry.path, position, min(position + BLOCK_BYTES, entry.size))
+        if not chunk:
+            break
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return position + newline + 1
+        position += len(chunk)
+    return entry.size
+
+
+def _file_problem(error: str) -> dict[str, Any]:
+    return {"kind": "file", "line": None, "raw": "", "error": error}
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """What a batch's files left in the dead letters."""
+
+    rows: int = 0
+    """Malformed rows."""
+    files: int = 0
+    """Files that vanished or changed after they were admitted."""
+
+
+def count_dead_letters(dead_letter: Backend, persistent_id: str, files: Sequence[FileEntry]) -> SetAside:
+    """What ``files`` set aside, read back from the dead-letter objects."""
     storage = dead_letter.storage()
     existing = set(storage.list(persistent_id + "/"))
-    total = 0
+    rows = problems = 0
     for entry in files:
         key = dead_letter_key(persistent_id, entry.path)
         if key in existing:
-            total += storage.read(key).count(b"\n")
-    return total
+            for record in _records(storage, key):
+                if record.get("kind") == "file":
+                    problems += 1
+                else:
+                    rows += 1
+    return SetAside(rows, problems)
 
 
-def _parse(plan: ReadPlan, data: bytes) -> Parsed:
+def _records(storage: Storage, key: str) -> Iterator[dict[str, Any]]:
+    for line in storage.read(key).splitlines():
+        if line.strip():
+            yield json.loads(line)
+
+
+def _parse(plan: ReadPlan, data: bytes, first_line: int) -> Parsed:
     if plan.format == "csv":
-        return parse_csv(data, plan.arrow_schema, plan.csv)
-    return parse_jsonlines(data, plan.arrow_schema)
+        return parse_csv(data, plan.arrow_schema, plan.csv, first_line=first_line)
+    return parse_jsonlines(data, plan.arrow_schema, first_line=first_line)
 
 
 def _balance(files: Sequence[FileEntry], groups: int) -> list[tuple[FileEntry, ...]]:

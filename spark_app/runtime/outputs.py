@@ -1,11 +1,21 @@
 """Outputs: where a query's batches go, written so that every batch lands exactly once.
 
 Each output takes part in the batch commit in three steps. ``write`` makes the batch's
-output durable but does not publish its position; the driver then appends the commit
-record with that position to the metadata log; ``committed`` finally releases what was
-held for the batch. After a crash, ``recover`` starts from the committed position:
-lines written beyond it (a batch that did not commit) are cut off, and Spark's replay of
-that batch writes them again.
+output durable but does not publish it; the driver then appends the commit record with
+the output's new head to the metadata log; ``committed`` finally publishes the batch and
+releases what was held for it. After a crash, ``recover`` starts from the committed head.
+
+A JSON-lines output stages each batch in a file of its own beside the output
+(``.<name>.pending/e<epoch>-b<batch>.jsonl``) and copies it into the output only once
+the commit holds it, at the committed offset. So a driver that has been superseded
+(frozen, partitioned) and is still running writes nothing the newer one reads: its
+commit fails before anything is published. A driver that dies between its commit and
+the copy leaves the staged file named in the head, and the next driver finishes the
+copy. The copy writes the same bytes at the same offset whoever does it, and never cuts
+the output short.
+
+Rows are encoded in Spark's tasks and reach the driver a partition at a time, so a
+large batch is never held whole in the driver's memory.
 """
 
 from __future__ import annotations
@@ -13,23 +23,27 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import functools
 import json
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_app.runtime.output_state import OutputState
-from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead
+from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead, StagedBatch
 from spark_app.storage import NotFound, Storage, join
 
 log = logging.getLogger("spark_app")
 
 RESERVED_COLUMNS = ("time", "diff")
+_CHUNK = "chunk"
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,16 @@ class Written:
     iterate: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class OutputContext:
+    """What an output needs to know of the driver it runs in."""
+
+    epoch: int
+    state_id: str
+    """The stored state's identity (stable across drivers)."""
+    snapshots: Storage
+
+
 class OutputDamaged(Exception):
     """An output no longer matches its committed position (edited or deleted by hand)."""
 
@@ -64,7 +88,7 @@ class Output(ABC):
         self.key = tuple(key) if key is not None else None
 
     @abstractmethod
-    def recover(self, head: OutputHead | None, snapshots: Storage) -> None:
+    def recover(self, head: OutputHead | None, context: OutputContext) -> None:
         """Aligns the output with its last committed head (None: nothing committed yet)."""
 
     @abstractmethod
@@ -72,14 +96,18 @@ class Output(ABC):
         """Writes the batch durably and returns the head to commit; publishes nothing."""
 
     def committed(self, head: OutputHead) -> None:
-        """The commit record holding ``head`` is durable."""
+        """The commit record holding ``head`` is durable: publish the batch."""
 
     def aborted(self) -> None:
         """The batch will not be committed by this driver."""
 
     def snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> OutputHead | None:
-        """Stores a snapshot of the output's state, if it has any; returns the new head."""
+        """Stores a snapshot of the output's state, if it has any; returns the new head,
+        which the caller commits before calling ``snapshot_committed``."""
         return None
+
+    def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
+        """The head naming the new snapshot is committed: what ``previous`` held can go."""
 
     def close(self) -> None:
         pass
@@ -94,7 +122,7 @@ class Sink(ABC):
         """The outputs whose heads this sink's commits carry."""
 
     @abstractmethod
-    def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
+    def recover(self, head: QueryHead | None, context: OutputContext) -> None:
         """Aligns with the query's last committed head (None: nothing committed yet)."""
 
     @abstractmethod
@@ -129,8 +157,8 @@ class SingleSink(Sink):
     def outputs(self) -> list[Output]:
         return [self.output]
 
-    def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
-        self.output.recover(head.outputs.get(self.output.name) if head else None, snapshots)
+    def recover(self, head: QueryHead | None, context: OutputContext) -> None:
+        self.output.recover(head.outputs.get(self.output.name) if head else None, context)
 
     def write(self, batch: Batch) -> Written:
         return Written({self.output.name: self.output.write(batch)})
@@ -143,27 +171,32 @@ class JsonLinesOutput(Output):
 
     def __init__(self, name: str, path: str, key: Sequence[str] | None) -> None:
         super().__init__(name, os.path.abspath(path), key)
+        folder, file = os.path.split(self.path)
+        self._pending = os.path.join(folder, f".{file}.pending")
         self._state = OutputState(self.key) if self.key is not None else None
         self._head = OutputHead(position=0, rows=0)
+        self._epoch = 0
 
-    def recover(self, head: OutputHead | None, snapshots: Storage) -> None:
+    def recover(self, head: OutputHead | None, context: OutputContext) -> None:
         self._head = head or OutputHead(position=0, rows=0)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._epoch = context.epoch
+        os.makedirs(self._pending, exist_ok=True)
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
-        if size < self._head.position:
-            raise OutputDamaged(
-                f"output {self.path} holds {size} bytes but {self._head.position} were committed: it was "
-                "truncated or replaced outside spark_app; restore it, or reset the pipeline's state"
-            )
         if size > self._head.position:
+            # Only a driver of the previous design, or a hand, writes past the committed head.
             verb = "overwriting" if head is None else "cutting off"
             log.info("output %s: %s %d bytes written after the last commit", self.path, verb,
                      size - self._head.position)
-        with open(self.path, "ab") as handle:
-            handle.truncate(self._head.position)
-            os.fsync(handle.fileno())
+            with open(self.path, "ab") as handle:
+                handle.truncate(self._head.position)
+                os.fsync(handle.fileno())
+        elif size < self._head.position:
+            log.info("output %s: copying in batch's staged bytes %d to %d, committed by the last driver",
+                     self.path, size, self._head.position)
+            self._publish(self._head)
+        self._remove_staged(keep=None)
         if self._state is not None:
-            self._rebuild_state(snapshots)
+            self._rebuild_state(context.snapshots)
 
     def _rebuild_state(self, snapshots: Storage) -> None:
         assert self._state is not None
@@ -180,55 +213,109 @@ class JsonLinesOutput(Output):
                  self.name, len(self._state), start, replayed)
 
     def write(self, batch: Batch) -> OutputHead:
-        rows = [_jsonable(row) for row in batch.df.toArrow().to_pylist()]
-        if batch.changelog:
-            # Retractions first, so that within a batch a row is removed before its update lands.
-            lines = sorted(([({k: v for k, v in row.items() if k != "diff"}, int(row["diff"])) for row in rows]),
-                           key=lambda line: line[1])
-        elif self._state is not None:
-            lines = self._changes(rows)
-        else:
-            lines = [(row, 1) for row in rows]
-        encoded = b"".join(
-            json.dumps({**row, "time": batch.time_ms, "diff": diff}, separators=(",", ":"), default=str).encode()
-            + b"\n"
-            for row, diff in lines
-        )
+        name = f"e{self._epoch:06d}-b{batch.batch_id:012d}.jsonl"
+        staged = os.path.join(self._pending, name)
+        size = lines = 0
         try:
-            with open(self.path, "r+b") as handle:
-                handle.truncate(self._head.position)
-                handle.seek(self._head.position)
-                handle.write(encoded)
+            with open(staged, "wb") as handle:
+                for chunk, count in self._encoded(batch):
+                    handle.write(chunk)
+                    size += len(chunk)
+                    lines += count
                 handle.flush()
                 os.fsync(handle.fileno())
         except BaseException:
             self.aborted()
             raise
-        return OutputHead(self._head.position + len(encoded), self._head.rows + len(lines), self._head.snapshot)
+        start = self._head.position
+        return OutputHead(start + size, self._head.rows + lines, self._head.snapshot, StagedBatch(name, start))
 
-    def _changes(self, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    def _encoded(self, batch: Batch) -> Iterator[tuple[bytes, int]]:
+        """The batch's changelog lines, a chunk at a time, each with its line count."""
+        if batch.changelog:
+            # Retractions first, so that within a batch a row is removed before its update lands.
+            rows = batch.df.persist()
+            try:
+                for sign in (-1, 1):
+                    part = rows.where(F.col("diff") < 0) if sign < 0 else rows.where(F.col("diff") > 0)
+                    yield from _chunks(part, batch.time_ms, "changelog")
+            finally:
+                rows.unpersist()
+        elif self._state is not None:
+            self._state.begin()
+            for chunk, _ in _chunks(batch.df, batch.time_ms, "keyed", self.key):
+                yield self._changes(chunk, batch.time_ms)
+        else:
+            yield from _chunks(batch.df, batch.time_ms, "append")
+
+    def _changes(self, chunk: bytes, time_ms: int) -> tuple[bytes, int]:
+        """The changelog lines of a chunk of keyed rows (``key<TAB>row`` lines), against the
+        rows last emitted; updates the state within the batch's transaction."""
         assert self._state is not None
-        keyed = {self._state.key_of(row): row for row in rows}  # the last update of a key wins
-        self._state.begin()
+        keyed = dict(line.split("\t", 1) for line in chunk.decode().splitlines())  # the last update of a key wins
         old = self._state.lookup(keyed)
-        changes: list[tuple[dict[str, Any], int]] = []
+        lines: list[str] = []
         updates = []
-        for key, row in keyed.items():
-            encoded = _canonical(row)
+        for key, encoded in keyed.items():
             previous = old.get(key)
             if previous == encoded:
                 continue
             if previous is not None:
-                changes.append((json.loads(previous), -1))
-            changes.append((row, 1))
+                lines.append(_line(previous, time_ms, -1))
+            lines.append(_line(encoded, time_ms, 1))
             updates.append((key, encoded))
         self._state.upsert(updates)
-        return changes
+        return "".join(lines).encode(), len(lines)
 
     def committed(self, head: OutputHead) -> None:
+        self._publish(head)
         self._head = head
         if self._state is not None:
             self._state.commit()
+        self._remove_staged(keep=None)
+
+    def _publish(self, head: OutputHead) -> None:
+        """Copies the committed batch's staged bytes into the output, at their offset. Safe
+        to repeat, and by any driver: the bytes and the offset are the commit's."""
+        staged = head.staged
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        if size >= head.position:
+            return  # done already (by this driver, or by a newer one that finished it)
+        if staged is None or size < staged.start:
+            raise OutputDamaged(
+                f"output {self.path} holds {size} bytes but {head.position} were committed: it was "
+                "truncated or replaced outside spark_app; restore it, or reset the pipeline's state"
+            )
+        source = os.path.join(self._pending, staged.key)
+        try:
+            with open(source, "rb") as data, open(self.path, "r+b" if os.path.exists(self.path) else "wb") as out:
+                data.seek(size - staged.start)
+                out.seek(size)
+                while block := data.read(1 << 20):
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+        except FileNotFoundError:
+            if os.path.exists(self.path) and os.path.getsize(self.path) >= head.position:
+                return  # another driver finished the copy and removed the staged file
+            raise OutputDamaged(
+                f"output {self.path} lacks bytes {size} to {head.position} of its last committed batch, and "
+                f"the staged copy {source} is gone; restore the output, or reset the pipeline's state"
+            ) from None
+
+    def _remove_staged(self, keep: str | None) -> None:
+        """Staged files are no longer needed once their batch is in the output (or was
+        never committed)."""
+        try:
+            names = os.listdir(self._pending)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name != keep:
+                try:
+                    os.unlink(os.path.join(self._pending, name))
+                except FileNotFoundError:
+                    pass
 
     def aborted(self) -> None:
         if self._state is not None:
@@ -239,11 +326,13 @@ class JsonLinesOutput(Output):
             return None
         key = join("outputs", self.name, "snapshots", f"{batch_id:012d}.sqlite")
         snapshots.write(key, self._state.snapshot())
-        previous = head.snapshot
-        self._head = OutputHead(head.position, head.rows, OutputSnapshot(batch_id, head.position, key))
-        if previous is not None and previous.key != key:
-            snapshots.delete(previous.key)
+        self._head = OutputHead(head.position, head.rows, OutputSnapshot(batch_id, head.position, key), head.staged)
         return self._head
+
+    def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
+        old = previous.snapshot
+        if old is not None and (self._head.snapshot is None or old.key != self._head.snapshot.key):
+            snapshots.delete(old.key)
 
     def close(self) -> None:
         if self._state is not None:
@@ -263,10 +352,8 @@ class DeltaOutput(Output):
         self._change_data_feed = change_data_feed
         self._rows = 0
 
-    def bind(self, app_id: str) -> None:
-        self._app_id = app_id
-
-    def recover(self, head: OutputHead | None, snapshots: Storage) -> None:
+    def recover(self, head: OutputHead | None, context: OutputContext) -> None:
+        self._app_id = self._app_id or f"spark_app-{context.state_id}-{self.name}"
         self._rows = head.rows if head else 0
 
     def write(self, batch: Batch) -> OutputHead:
@@ -295,6 +382,41 @@ class DeltaOutput(Output):
 
     def committed(self, head: OutputHead) -> None:
         self._rows = head.rows
+
+
+def _chunks(df: DataFrame, time_ms: int, mode: str, key: Sequence[str] | None = None,
+            ) -> Iterator[tuple[bytes, int]]:
+    """``df`` encoded in Spark's tasks (``_encode``), fetched a partition at a time (the
+    next one while this one is written), as (bytes, lines) chunks in the rows' order."""
+    encode = functools.partial(_encode, time_ms=time_ms, mode=mode, key=tuple(key or ()))
+    for row in df.mapInArrow(encode, f"{_CHUNK} binary, lines int").toLocalIterator(prefetchPartitions=True):
+        yield bytes(row[_CHUNK]), int(row["lines"])
+
+
+def _encode(batches: Iterable[pa.RecordBatch], *, time_ms: int, mode: str, key: tuple[str, ...],
+            ) -> Iterator[pa.RecordBatch]:
+    """Runs in Spark's Python workers. ``append``: changelog lines with diff +1;
+    ``changelog``: lines with the rows' own diff; ``keyed``: ``key<TAB>row`` lines, which
+    the driver turns into changes against the rows it emitted last."""
+    for batch in batches:
+        rows = [_jsonable(row) for row in batch.to_pylist()]
+        if mode == "keyed":
+            text = "".join(json.dumps([row.get(c) for c in key], default=str, separators=(",", ":")) + "\t"
+                           + _canonical(row) + "\n" for row in rows)
+        elif mode == "changelog":
+            text = "".join(_line(_canonical({k: v for k, v in row.items() if k != "diff"}), time_ms, int(row["diff"]))
+                           for row in rows)
+        else:
+            text = "".join(_line(_canonical(row), time_ms, 1) for row in rows)
+        yield pa.RecordBatch.from_arrays([pa.array([text.encode()], pa.binary()), pa.array([len(rows)], pa.int32())],
+                                         names=[_CHUNK, "lines"])
+
+
+def _line(encoded_row: str, time_ms: int, diff: int) -> str:
+    """A changelog line: the row's JSON object with ``time`` and ``diff`` added last."""
+    if encoded_row == "{}":
+        return json.dumps({"time": time_ms, "diff": diff}, separators=(",", ":")) + "\n"
+    return f'{encoded_row[:-1]},"time":{time_ms},"diff":{diff}}}\n'
 
 
 def _lines(path: str, start: int, end: int) -> Iterator[bytes]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -47,7 +48,25 @@ class CsvFormat:
     quote: str = '"'
 
 
-def parse_csv(data: bytes, schema: pa.Schema, fmt: CsvFormat = CsvFormat()) -> Parsed:
+def parse_csv(data: bytes, schema: pa.Schema, fmt: CsvFormat = CsvFormat(), first_line: int | None = None) -> Parsed:
+    """The rows of CSV ``data``. ``first_line`` is the number, in the file, of its first
+    data line (after the header), for a block read from the middle of a large file; by
+    default ``data`` is the whole file."""
+    offset = 0 if first_line is None else first_line - (2 if fmt.header else 1)
+    try:
+        data.decode("utf-8")  # pyarrow cannot hand a row that is not UTF-8 to on_invalid_row
+    except UnicodeDecodeError:
+        return _parse_csv_by_line(data, schema, fmt, offset)
+    fast = _parse_csv_fast(data, schema, fmt)
+    if fast is not None:
+        return _renumbered(fast, lambda line: line + offset)
+    return _parse_csv_by_line(data, schema, fmt, offset)
+
+
+def _parse_csv_fast(data: bytes, schema: pa.Schema, fmt: CsvFormat) -> Parsed | None:
+    """The whole file at once (lines numbered from 1, the header included); None if a line
+    cannot be told apart from the next (invalid UTF-8, a quote left open), which the slow
+    path then finds."""
     rejected: list[Rejected] = []
 
     def on_invalid_row(row: pacsv.InvalidRow) -> str:
@@ -73,7 +92,15 @@ def parse_csv(data: bytes, schema: pa.Schema, fmt: CsvFormat = CsvFormat()) -> P
     except pa.ArrowInvalid as error:
         if b"Empty CSV file" in str(error).encode() or not data.strip():
             return Parsed(schema.empty_table(), rejected)
-        return Parsed(schema.empty_table(), [Rejected(None, _first_line(data), f"unreadable CSV: {error}")])
+        return None
+    except UnicodeDecodeError:  # the text of an invalid row, handed to on_invalid_row
+        return None
+    if any("\n" in r.raw for r in rejected):  # an open quote swallowed the lines after it
+        return None
+    try:
+        strings.column_names  # noqa: B018 - a header that is not UTF-8 fails here
+    except UnicodeDecodeError:
+        return None
 
     first_data_line = 2 if fmt.header else 1
     lines = _csv_line_numbers(strings.num_rows, first_data_line, {r.line for r in rejected if r.line})
@@ -92,23 +119,106 @@ def parse_csv(data: bytes, schema: pa.Schema, fmt: CsvFormat = CsvFormat()) -> P
     return Parsed(table, sorted(rejected, key=lambda r: r.line or 0))
 
 
-def parse_jsonlines(data: bytes, schema: pa.Schema) -> Parsed:
+def _parse_csv_by_line(data: bytes, schema: pa.Schema, fmt: CsvFormat, offset: int) -> Parsed:
+    """Sets aside the lines that no CSV parser can delimit (not UTF-8, a quoted field not
+    closed on its line), then reads the others at once; line numbers stay the file's."""
+    lines = list(enumerate(data.split(b"\n"), start=1))
+    if lines and not lines[-1][1]:
+        lines.pop()
+    kept: list[bytes] = []
+    numbers: list[int] = []  # the line number (in ``data``) of each kept line
+    if fmt.header and lines:
+        _, header = lines.pop(0)
+        problem = _line_problem(header, fmt)
+        if problem is not None:  # no row can be matched to its columns
+            return Parsed(schema.empty_table(), [Rejected(number + offset, _text(line), f"the header on line 1 {problem}")
+                                                 for number, line in lines if line.strip()])
+        kept.append(header)
+        numbers.append(1)
+    rejected: list[Rejected] = []
+    for number, line in lines:
+        problem = _line_problem(line, fmt)
+        if problem is None:
+            kept.append(line)
+            numbers.append(number)
+        else:
+            rejected.append(Rejected(number + offset, _text(line), problem))
+    parsed = _parse_csv_fast(b"\n".join(kept) + b"\n", schema, fmt)
+    if parsed is None:  # not expected once the lines are clean; set the rest aside, never drop it
+        first = 1 if fmt.header else 0
+        parsed = Parsed(schema.empty_table(), [Rejected(i + 1, _text(kept[i]), "unreadable CSV line")
+                                               for i in range(first, len(kept))])
+    moved = _renumbered(parsed, lambda line: numbers[line - 1] + offset)
+    return Parsed(moved.table, sorted(rejected + moved.rejected, key=lambda r: r.line or 0))
+
+
+def _line_problem(line: bytes, fmt: CsvFormat) -> str | None:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"is not valid UTF-8 (byte 0x{line[error.start]:02x} at column {error.start + 1})"
+    if _open_quote(text.rstrip("\r"), fmt):
+        return "has a quoted field that is not closed on its line"
+    return None
+
+
+def _open_quote(text: str, fmt: CsvFormat) -> bool:
+    """Whether a field of ``text`` opens a quote that the line does not close (a quote
+    counts only at the start of a field; a doubled quote inside one is a quote)."""
+    i, quoted, field_start = 0, False, True
+    while i < len(text):
+        char = text[i]
+        if quoted:
+            if char == fmt.quote:
+                if i + 1 < len(text) and text[i + 1] == fmt.quote:
+                    i += 1
+                else:
+                    quoted = False
+        elif char == fmt.quote and field_start:
+            quoted = True
+        field_start = not quoted and char == fmt.delimiter
+        i += 1
+    return quoted
+
+
+def _renumbered(parsed: Parsed, number: Callable[[int], int]) -> Parsed:
+    return Parsed(parsed.table, [Rejected(number(r.line) if r.line is not None else None, r.raw, r.error)
+                                 for r in parsed.rejected])
+
+
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", "replace").rstrip("\r")
+
+
+def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Parsed:
+    """The objects of JSON-lines ``data``; ``first_line`` numbers its first line in the file.
+    Bad lines are found by halving: a few bad lines in a large file cost a few dozen
+    parses, not one per line."""
     try:
         return Parsed(_read_json(data, schema), [])
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    except _JSON_ERRORS:
         pass
-    good: list[bytes] = []
+    lines = [(n, line) for n, line in enumerate(data.splitlines(), start=first_line) if line.strip()]
+    tables: list[pa.Table] = []
     rejected: list[Rejected] = []
-    for number, line in enumerate(data.splitlines(), start=1):
-        if not line.strip():
-            continue
+    pending = [lines]
+    while pending:
+        part = pending.pop()
         try:
-            _read_json(line, schema)
-            good.append(line)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
-            rejected.append(Rejected(number, line.decode("utf-8", "replace"), _json_error(line, error)))
-    table = _read_json(b"\n".join(good), schema) if good else schema.empty_table()
-    return Parsed(table, rejected)
+            tables.append(_read_json(b"\n".join(line for _, line in part), schema))
+            continue
+        except _JSON_ERRORS as error:
+            if len(part) == 1:
+                number, line = part[0]
+                rejected.append(Rejected(number, line.decode("utf-8", "replace"), _json_error(line, error)))
+                continue
+        middle = len(part) // 2
+        pending += [part[middle:], part[:middle]]  # the first half is read first: rows keep their order
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    return Parsed(table, sorted(rejected, key=lambda r: r.line or 0))
+
+
+_JSON_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
 
 def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:

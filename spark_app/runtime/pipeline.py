@@ -16,6 +16,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -158,9 +159,10 @@ class Pipeline:
             },
         )
 
-    def write_context(self, snapshot: Backend, dead_letter: Backend) -> None:
+    def write_context(self, snapshot: Backend, dead_letter: Backend, limits: Mapping[str, int]) -> None:
         with open(self.context_path + ".tmp", "w") as handle:
-            json.dump({"snapshot": asdict(snapshot), "dead_letter": asdict(dead_letter)}, handle)
+            json.dump({"snapshot": asdict(snapshot), "dead_letter": asdict(dead_letter), "limits": dict(limits)},
+                      handle)
         os.replace(self.context_path + ".tmp", self.context_path)
 
     def default_dead_letter(self) -> str:

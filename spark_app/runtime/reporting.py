@@ -1,8 +1,10 @@
 """Reporting a driver's progress to the operator, as an annotation on its own pod.
 
 This is how the operator learns of commits for any backend, including a filesystem on a
-PersistentVolumeClaim that the operator cannot mount. Reporting is best effort: a
-failure is logged once and never stops the pipeline.
+PersistentVolumeClaim that the operator cannot mount. Reporting is best effort and off
+the commit path: ``report`` only hands the newest status to a thread of its own, which
+patches the pod with a request timeout. A slow or half-open connection to the API server
+delays the report, never a commit; a failure is logged once and never stops the pipeline.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from spark_app import contract
@@ -19,20 +22,28 @@ from spark_app import contract
 log = logging.getLogger("spark_app")
 
 REFRESH_S = 15.0
+"""An unchanged status is reported again this often, so that the operator can tell a live
+idle driver from a hung one."""
+REQUEST_TIMEOUT_S = (5.0, 10.0)
+"""Connect and read timeouts of one patch."""
+
+Patch = Callable[[dict[str, Any]], None]
 
 
 class PodReporter:
-    def __init__(self, name: str, namespace: str) -> None:
-        from kubernetes import client, config
-
-        config.load_incluster_config()
-        self._api = client.CoreV1Api()
-        self._name = name
-        self._namespace = namespace
-        self._last: str | None = None
-        self._reported_at = 0.0
-        self._lock = threading.Lock()
+    def __init__(self, patch: Patch, where: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._patch = patch
+        self._where = where
+        self._clock = clock
+        self._latest: str | None = None
+        self._sent: str | None = None
+        """The last status sent or tried."""
+        self._sent_at = 0.0
+        self._wake = threading.Condition()
+        self._closed = False
         self._warned = False
+        self._thread = threading.Thread(target=self._run, name="spark_app-report", daemon=True)
+        self._thread.start()
 
     @classmethod
     def from_env(cls) -> PodReporter | None:
@@ -40,28 +51,58 @@ class PodReporter:
         if not name or not namespace:
             return None
         try:
-            return cls(name, namespace)
+            from kubernetes import client, config
+
+            config.load_incluster_config()
+            api = client.CoreV1Api()
         except Exception as error:  # noqa: BLE001 - reporting is optional
             log.warning("cannot report progress on pod %s/%s: %s", namespace, name, error)
             return None
 
+        def patch(annotations: dict[str, Any]) -> None:
+            api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
+                                     _request_timeout=REQUEST_TIMEOUT_S)
+
+        return cls(patch, f"pod {namespace}/{name}")
+
     def report(self, status: dict[str, Any]) -> None:
-        """Patches the annotation when the status changed, and at least every
-        ``REFRESH_S`` anyway, so that the operator can tell a live idle driver from a hung one."""
+        """Queues ``status`` as the one to report; returns at once."""
         body = json.dumps(status, sort_keys=True, separators=(",", ":"))
-        with self._lock:
-            if body == self._last and time.monotonic() - self._reported_at < REFRESH_S:
+        with self._wake:
+            self._latest = body
+            self._wake.notify()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Sends what is queued, if that can be done within ``timeout``."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and not self._due():
+                    self._wake.wait(timeout=max(0.1, REFRESH_S - (self._clock() - self._sent_at)))
+                body, closing = self._latest, self._closed
+            if body is not None and (body != self._sent or self._clock() - self._sent_at >= REFRESH_S):
+                self._send(body)
+            if closing:
                 return
-            stamped = json.dumps({**status, "reported_ms": int(time.time() * 1000)}, sort_keys=True,
-                                 separators=(",", ":"))
-            try:
-                self._api.patch_namespaced_pod(
-                    self._name, self._namespace,
-                    {"metadata": {"annotations": {contract.STATUS_ANNOTATION: stamped}}},
-                )
-                self._last = body
-                self._reported_at = time.monotonic()
-            except Exception as error:  # noqa: BLE001 - reporting is optional
-                if not self._warned:
-                    log.warning("cannot report progress on pod %s/%s: %s", self._namespace, self._name, error)
-                    self._warned = True
+
+    def _due(self) -> bool:
+        if self._latest is None:
+            return False
+        return self._latest != self._sent or self._clock() - self._sent_at >= REFRESH_S
+
+    def _send(self, body: str) -> None:
+        stamped = json.dumps({**json.loads(body), "reported_ms": int(time.time() * 1000)}, sort_keys=True,
+                             separators=(",", ":"))
+        try:
+            self._patch({contract.STATUS_ANNOTATION: stamped})
+        except Exception as error:  # noqa: BLE001 - reporting is optional
+            if not self._warned:
+                log.warning("cannot report progress on %s: %s", self._where, error)
+                self._warned = True
+        # Failed or not, the next attempt waits for a change or the refresh: never a loop.
+        self._sent, self._sent_at = body, self._clock()

@@ -61,6 +61,18 @@ class FileIndex:
             raise IndexCorrupted(f"{self._prefix}: offset {end} is past the {len(self._files)} files indexed")
         return self._files[start:end]
 
+    def bounded_end(self, start: int, end: int, max_files: int, max_bytes: int) -> int:
+        """Where a batch that starts at file ``start`` ends, at most ``end``: within
+        ``max_files`` files and ``max_bytes`` bytes, but at least one file, so that a file
+        larger than the limit is still read (alone)."""
+        taken, total = 0, 0
+        for entry in self.files(start, end):
+            if taken and (taken >= max_files or total + entry.size > max_bytes):
+                break
+            taken += 1
+            total += entry.size
+        return start + taken
+
     def admit(self, listing: list[FileEntry]) -> int:
         """Adds the files of ``listing`` not seen before; returns the new file count.
 

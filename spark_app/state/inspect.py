@@ -11,17 +11,22 @@ import time
 from typing import Any
 
 from spark_app.state.log import PREFIX as LOG_PREFIX
-from spark_app.state.log import MetadataLog
+from spark_app.state.log import LogCorrupted, LogEntry, MetadataLog
 from spark_app.state.records import heads_from_record
-from spark_app.state.session import read_lease
+from spark_app.state.repair import plan_repair
+from spark_app.state.session import LeaseDamaged, read_lease
 from spark_app.storage import Storage
 
 
 def inspect(metadata: Storage, snapshots: Storage | None = None, *, sizes: bool = False,
             now_ms: int | None = None) -> dict[str, Any]:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    latest = MetadataLog(metadata).latest()
-    lease = read_lease(metadata)
+    damage = plan_repair(metadata, snapshots or metadata).damage
+    latest = _newest_good(MetadataLog(metadata))
+    try:
+        lease = read_lease(metadata)
+    except LeaseDamaged:
+        lease = None
     report: dict[str, Any] = {
         "uri": metadata.root_uri,
         "exists": latest is not None,
@@ -31,6 +36,7 @@ def inspect(metadata: Storage, snapshots: Storage | None = None, *, sizes: bool 
         if latest else None,
         "lease": None,
         "queries": {},
+        "damage": [{"key": d.key, "problem": d.problem, "repair": d.fix, "safe": d.safe} for d in damage],
     }
     if lease is not None:
         report["lease"] = {
@@ -63,6 +69,17 @@ def inspect(metadata: Storage, snapshots: Storage | None = None, *, sizes: bool 
     return report
 
 
+def _newest_good(log: MetadataLog) -> LogEntry | None:
+    for seq in reversed(log.sequence_numbers()):
+        try:
+            entry = log.entry(seq)
+        except LogCorrupted:
+            continue
+        if entry is not None:
+            return entry
+    return None
+
+
 def _state_prefixes(store: Storage, queries: dict[str, Any]) -> list[str]:
     return [f"checkpoints/{name}/state/" for name in queries]
 
@@ -80,7 +97,7 @@ def describe_iterate(meta: dict[str, Any]) -> str:
 def render(report: dict[str, Any]) -> str:
     """A human-readable summary of ``inspect``'s report."""
     if not report["exists"]:
-        return f"{report['uri']}: no state yet (no driver has started on it)"
+        return "\n".join([f"{report['uri']}: no state yet (no driver has started on it)", *_damage_lines(report)])
     lines = [f"state at {report['uri']}", f"  epoch {report['epoch']}, metadata log entry {report['log']['seq']} "
              f"({report['log']['kind']})"]
     lease = report.get("lease")
@@ -100,4 +117,10 @@ def render(report: dict[str, Any]) -> str:
             lines.append("    " + describe_iterate(query["iterate"]))
     for key, value in report.get("sizes", {}).items():
         lines.append(f"  {key.replace('_', ' ')}: {value}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_damage_lines(report)])
+
+
+def _damage_lines(report: dict[str, Any]) -> list[str]:
+    return [f"  DAMAGED {d['key']}: {d['problem']}; "
+            + (f"`python -m spark_app repair` would {d['repair']}" if d["safe"] else d["repair"])
+            for d in report.get("damage", [])]

@@ -22,20 +22,33 @@ class OutputSnapshot:
 
 
 @dataclass(frozen=True)
+class StagedBatch:
+    """The last committed batch of a JSON-lines output, as its driver staged it: the
+    bytes that belong at ``start`` of the output, until they are there. A driver that
+    dies between the commit and copying them in leaves the next one a way to redo it."""
+
+    key: str
+    """The staged file, relative to the output's folder."""
+    start: int
+
+
+@dataclass(frozen=True)
 class OutputHead:
     position: int
     """Committed bytes of a JSON-lines file (or objects, on S3, or the Delta version)."""
     rows: int
     """Committed changelog rows (lines) in total."""
     snapshot: OutputSnapshot | None = None
+    staged: StagedBatch | None = None
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> OutputHead:
-        snapshot = value.get("snapshot")
+        snapshot, staged = value.get("snapshot"), value.get("staged")
         return cls(
             position=int(value["position"]),
             rows=int(value["rows"]),
             snapshot=OutputSnapshot(**snapshot) if snapshot else None,
+            staged=StagedBatch(**staged) if staged else None,
         )
 
 

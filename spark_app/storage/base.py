@@ -60,6 +60,11 @@ class Storage(Protocol):
         """Returns the bytes stored at ``key``; raises ``NotFound``."""
         ...
 
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Returns bytes ``start`` to ``end`` (exclusive) of ``key``, fewer at its end;
+        raises ``NotFound``."""
+        ...
+
     def write(self, key: str, data: bytes) -> None:
         """Stores ``data`` at ``key``, replacing any previous value atomically."""
         ...
@@ -70,6 +75,11 @@ class Storage(Protocol):
 
     def list(self, prefix: str) -> list[str]:
         """Returns the keys that start with ``prefix``, sorted."""
+        ...
+
+    def list_entries(self, folder: str) -> list[FileEntry]:
+        """Every file under ``folder`` (a key prefix ending in '/', or '' for the root)
+        with its size and modification time, paths relative to the folder, sorted."""
         ...
 
     def delete(self, key: str) -> None:
@@ -89,7 +99,8 @@ class Storage(Protocol):
         ...
 
     def check_writable(self) -> None:
-        """Raises ``StorageMisconfigured`` unless the root exists and can be written."""
+        """Raises ``StorageMisconfigured`` unless the root exists and can be written
+        (``StorageUnavailable`` if that cannot be told now)."""
         ...
 
 

@@ -8,7 +8,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from spark_app.storage.base import NotFound, StorageMisconfigured, StorageUnavailable
+from spark_app.storage.base import FileEntry, NotFound, StorageMisconfigured, StorageUnavailable
+
+# Errors of a network volume (NFS, CSI) that is briefly gone: wait them out.
+_TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.ETIMEDOUT, errno.EAGAIN,
+                               errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNRESET, errno.ENOSPC})
 
 
 class FilesystemStorage:
@@ -36,6 +40,16 @@ class FilesystemStorage:
     def read(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise NotFound(key) from None
+        except OSError as error:
+            raise _translate(error, self._path(key)) from error
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            with open(self._path(key), "rb") as handle:
+                handle.seek(start)
+                return handle.read(max(0, end - start))
         except FileNotFoundError:
             raise NotFound(key) from None
         except OSError as error:
@@ -80,6 +94,18 @@ class FilesystemStorage:
                     keys.append(key)
         return sorted(keys)
 
+    def list_entries(self, folder: str) -> list[FileEntry]:
+        base = self._path(folder)
+        entries = []
+        for key in self.list(folder):
+            try:
+                stat = self._path(key).stat()
+            except FileNotFoundError:
+                continue
+            relative = os.path.relpath(self._path(key), base).replace(os.sep, "/")
+            entries.append(FileEntry(relative, stat.st_size, int(stat.st_mtime * 1000)))
+        return entries
+
     def delete(self, key: str) -> None:
         try:
             self._path(key).unlink()
@@ -113,6 +139,8 @@ class FilesystemStorage:
             probe = self._write_temp(self._root / "probe", b"")
             os.unlink(probe)
         except OSError as error:
+            if error.errno in _TRANSIENT_ERRNOS:
+                raise _translate(error, self._root) from error
             raise StorageMisconfigured(
                 f"the state directory {self._root} is not writable ({error.strerror}); "
                 "mount a writable volume there or choose another path"
@@ -145,4 +173,5 @@ def _translate(error: OSError, path: Path) -> Exception:
         return StorageMisconfigured(f"cannot write {path}: {error.strerror}")
     if error.errno == errno.ENOSPC:
         return StorageUnavailable(f"no space left on the device holding {path}")
+    # Anything else (EIO, ESTALE of a network volume, ...) may pass: retried, then reported.
     return StorageUnavailable(f"{path}: {error.strerror or error}")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from spark_app.storage.base import Storage, StorageUnavailable
+from spark_app.storage.base import FileEntry, Storage, StorageUnavailable
 
 log = logging.getLogger("spark_app.storage")
 T = TypeVar("T")
@@ -51,6 +51,9 @@ class RetryingStorage:
     def read(self, key: str) -> bytes:
         return self._retry(lambda: self.inner.read(key), f"read {key}")
 
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        return self._retry(lambda: self.inner.read_range(key, start, end), f"read {key}")
+
     def write(self, key: str, data: bytes) -> None:
         self._retry(lambda: self.inner.write(key, data), f"write {key}")
 
@@ -61,6 +64,9 @@ class RetryingStorage:
 
     def list(self, prefix: str) -> list[str]:
         return self._retry(lambda: self.inner.list(prefix), f"list {prefix}")
+
+    def list_entries(self, folder: str) -> list[FileEntry]:
+        return self._retry(lambda: self.inner.list_entries(folder), f"list {folder}")
 
     def delete(self, key: str) -> None:
         self._retry(lambda: self.inner.delete(key), f"delete {key}")
@@ -75,7 +81,7 @@ class RetryingStorage:
         return self.inner.spark_uri(key)
 
     def check_writable(self) -> None:
-        self.inner.check_writable()
+        self._retry(self.inner.check_writable, "the writability check")
 
     def _retry(self, operation: Callable[[], T], what: str) -> T:
         delay = self._policy.initial_delay_s

@@ -94,10 +94,30 @@ class S3Storage:
     def read(self, key: str) -> bytes:
         try:
             response = self._call("get_object", key, Key=self._key(key))
-            body: bytes = response["Body"].read()
-            return body
         except _Missing:
             raise NotFound(key) from None
+        try:
+            body: bytes = response["Body"].read()
+        except self._errors as error:  # the connection broke mid-body: as transient as the request
+            raise self._translate(error, key) from error
+        return body
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        try:
+            response = self._call("get_object", key, Key=self._key(key), Range=f"bytes={start}-{end - 1}")
+        except _Missing:
+            raise NotFound(key) from None
+        except StorageMisconfigured as error:
+            if "InvalidRange" in str(error):  # start is at or past the end
+                return b""
+            raise
+        try:
+            body: bytes = response["Body"].read()
+        except self._errors as error:
+            raise self._translate(error, key) from error
+        return body
 
     def write(self, key: str, data: bytes) -> None:
         self._call("put_object", key, Key=self._key(key), Body=data)
@@ -119,15 +139,17 @@ class S3Storage:
             keys.extend(item["Key"][strip:] for item in page.get("Contents", []))
         return sorted(keys)
 
-    def list_entries(self) -> list[FileEntry]:
-        """Every object under the root with its size and modification time."""
-        strip = len(self._location.prefix) + 1 if self._location.prefix else 0
-        full = self._location.prefix + "/" if self._location.prefix else ""
-        return [
-            FileEntry(item["Key"][strip:], int(item["Size"]), int(item["LastModified"].timestamp() * 1000))
-            for page in self._pages(full)
-            for item in page.get("Contents", [])
-        ]
+    def list_entries(self, folder: str) -> list[FileEntry]:
+        full = self._key(folder)
+        full = full + "/" if full else ""
+        strip = len(full)
+        return sorted(
+            (FileEntry(item["Key"][strip:], int(item["Size"]), int(item["LastModified"].timestamp() * 1000))
+             for page in self._pages(full)
+             for item in page.get("Contents", [])
+             if not item["Key"].endswith("/")),  # Hadoop's directory markers
+            key=lambda entry: entry.path,
+        )
 
     def delete(self, key: str) -> None:
         self._call("delete_object", key, Key=self._key(key))

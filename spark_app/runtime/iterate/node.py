@@ -25,10 +25,9 @@ from pyspark.sql.types import StructType
 from spark_app.runtime.faults import IN_ITERATION, crash_point
 from spark_app.runtime.iterate.engine import Convergence, Step, max_change, run_fixed_point
 from spark_app.runtime.iterate.policy import Change, Decision, Kind, Mode, Stored, decide
-from spark_app.runtime.iterate.store import DIFF, IterateStore, fold, netted
-from spark_app.runtime.outputs import Batch, Output, Sink, Written
+from spark_app.runtime.iterate.store import DIFF, IterateStore, TableRef, fold, locations, log_refs, netted
+from spark_app.runtime.outputs import Batch, Output, OutputContext, Sink, Written
 from spark_app.state.records import QueryHead
-from spark_app.storage import Storage
 
 log = logging.getLogger("spark_app.iterate")
 
@@ -86,13 +85,14 @@ class IterateSink(Sink):
     def outputs(self) -> list[Output]:
         return [o for outputs in self.downstream.values() for o, _ in outputs]
 
-    def recover(self, head: QueryHead | None, snapshots: Storage) -> None:
+    def recover(self, head: QueryHead | None, context: OutputContext) -> None:
         for output in self.outputs():
-            output.recover(head.outputs.get(output.name) if head else None, snapshots)
+            output.recover(head.outputs.get(output.name) if head else None, context)
         # An output added to an existing iterate has seen nothing: it gets all of F.
         self._fresh = {o.name for o in self.outputs() if head is None or o.name not in head.outputs}
-        self._store = IterateStore(self._spark, snapshots, self.spec.persistent_id)
+        self._store = IterateStore(self._spark, context.snapshots, self.spec.persistent_id, context.epoch)
         self._committed = _Cached(meta=dict(head.iterate or {}) if head else {})
+        self._store.collect_garbage(locations(self._committed.meta.get("versions", {})))
 
     # ---- the commit protocol -------------------------------------------------------------
 
@@ -117,8 +117,12 @@ class IterateSink(Sink):
         super().committed(written)
         self._fresh -= set(written.outputs)
         if self._pending is not None:
+            superseded = (locations(self._committed.meta.get("versions", {}))
+                          - locations(self._pending.meta.get("versions", {})))
             self._committed = self._pending
             self._pending = None
+            assert self._store is not None
+            self._store.drop(superseded)
 
     def aborted(self) -> None:
         super().aborted()
@@ -161,7 +165,7 @@ class IterateSink(Sink):
                 versions["inputs"][name] = kept.pop("log")
                 versions.setdefault("contents", {})[name] = kept
             elif counted.inserted or counted.deleted:
-                versions["inputs"][name] = store.replace_contents(name, counted_contents[name].drop(DIFF))
+                versions["inputs"][name] = store.replace_contents(name, counted_contents[name].drop(DIFF)).to_json()
         contents = {name: df.drop(DIFF) for name, df in counted_contents.items()}
         clock.lap("store changes")
         decision = decide(stored, counted, spec.fingerprint, spec.kind, spec.invalidate is not None)
@@ -171,13 +175,13 @@ class IterateSink(Sink):
                                                                    batch_id)
         clock.lap("iterations")
         for name, df in result.items():
-            versions.setdefault("result", {})[name] = store.write("result", name, df)
+            versions.setdefault("result", {})[name] = store.write("result", name, df).to_json()
         clock.lap("store result")
         previously_emitted = {name: self._emitted(name) for name in result}
         emitted = self._emit(result)
         for name, df in emitted.items():
             if spec.convergence.tolerance is not None:
-                versions.setdefault("emitted", {})[name] = store.write("emitted", name, df)
+                versions.setdefault("emitted", {})[name] = store.write("emitted", name, df).to_json()
         outputs = self._write_outputs(previously_emitted, emitted, batch_id, batch_time_ms)
         clock.lap("emit changes")
         new_meta = self._meta(meta, decision, iterations, converged, seconds, versions, result, restart)
@@ -290,8 +294,9 @@ class IterateSink(Sink):
             return self._committed.contents[name]
         assert self._store is not None
         stored = self._stored_input(name)
-        read = self._store.read_contents(name, self._stored_version(name), stored.get("snapshot"),
-                                         stored.get("logged"), self.spec.schemas[name], materialize=materialized)
+        read = self._store.read_contents(name, TableRef.from_json(stored.get("snapshot"), "contents", name),
+                                         log_refs(self._stored_version(name), name), stored.get("logged"),
+                                         self.spec.schemas[name], materialize=materialized)
         if materialized:
             self._committed.contents[name] = read
         return read
@@ -303,10 +308,11 @@ class IterateSink(Sink):
         they are read from the store (a snapshot and a log) only then."""
         return name not in self.spec.iterated or name not in self.spec.streaming
 
-    def _stored_version(self, name: str) -> int | None:
+    def _stored_version(self, name: str) -> Any:
+        """A streaming table's log (a list of segments), or a static table's contents."""
         return self._committed.meta.get("versions", {}).get("inputs", {}).get(name)
 
-    def _stored_input(self, name: str) -> dict[str, int]:
+    def _stored_input(self, name: str) -> dict[str, Any]:
         """A streaming table's last snapshot: version, rows, and the log's length since."""
         return dict(self._committed.meta.get("versions", {}).get("contents", {}).get(name, {}))
 
@@ -327,8 +333,8 @@ class IterateSink(Sink):
 
     def _read(self, kind: str, name: str) -> DataFrame:
         assert self._store is not None
-        version = self._committed.meta.get("versions", {}).get(kind, {}).get(name)
-        return self._store.read(kind, name, version, self.spec.schemas[f"result:{name}"]).localCheckpoint(eager=True)
+        ref = TableRef.from_json(self._committed.meta.get("versions", {}).get(kind, {}).get(name), kind, name)
+        return self._store.read(ref, self.spec.schemas[f"result:{name}"]).localCheckpoint(eager=True)
 
     def _decode(self, df: DataFrame, name: str) -> DataFrame:
         schema = self.spec.schemas[name]

@@ -1,32 +1,45 @@
 """Where an iterate operator keeps its tables: Delta tables in snapshot storage.
 
-* ``iterate/<id>/contents/<table>``: for a streaming table, a snapshot of its contents:
-  each row once, with its multiplicity in ``_diff``.
-* ``iterate/<id>/inputs/<table>``: the log of the changes since that snapshot (the rows
-  plus ``_diff``, netted per batch). The contents are the snapshot with the log folded in.
-  A small batch is appended. A run that crashed after its append but before its commit
-  leaves versions beyond the committed one: the first append of a store (one per query
-  start) finds them and restores the committed version first, so a replayed batch is
-  not appended twice. (Delta's own idempotent append, a transaction id per batch, costs
-  a rebuild of the table's state on every append: 1 to 3 s here, against 0.4 s.) Once
-  the log holds a quarter as many rows as the snapshot, the batch writes a new snapshot
-  and empties the log instead: reading the contents back after a restart costs a scan of
-  at most 1.25 times their size, not a regrouping of the table's whole history.
-  A static table is stored whole, in the log, at each start.
-* ``iterate/<id>/result/<table>``: the fixed point F, one Delta version per run.
-* ``iterate/<id>/emitted/<table>``: what the outputs were last given (differs from F only
-  for contractions, whose changes below the tolerance are not emitted).
+Every table is written to a location of its own, ``iterate/<id>/<kind>/<table>/e<epoch>-<n>``,
+and the metadata log's commit names the location and Delta version of each table the
+committed state consists of (a ``TableRef``). Readers read exactly those. So:
 
-The metadata log's commit names the Delta version of each of them, and readers read that
-version: a run that crashes before its commit leaves versions nobody reads, so the
-previous F stays intact.
+* a run that crashes before its commit leaves tables nobody reads, and the previous
+  state stays intact;
+* a driver that was superseded but still runs (frozen, partitioned) writes only to
+  locations of its own epoch, which the newer driver neither reads nor appends to;
+* superseded locations are deleted whole once a commit no longer names them, and a new
+  driver deletes what no commit names (crashed runs, superseded drivers): storage holds
+  the committed state, not its history, and no Delta vacuum is needed.
+
+The kinds:
+
+* ``contents/<table>``: for a streaming table, a snapshot of its contents: each row once,
+  with its multiplicity in ``_diff``.
+* ``inputs/<table>``: the log of the changes since that snapshot (the rows plus ``_diff``,
+  netted per batch), as a list of segments: a driver appends to a segment it created, and
+  starts a new one after a restart or after an append that did not commit. The contents
+  are the snapshot with every segment folded in. Once the log holds a quarter as many
+  rows as the snapshot, the batch writes a new snapshot and an empty log instead:
+  reading the contents back after a restart costs a scan of at most 1.25 times their
+  size, not a regrouping of the table's whole history. A static table is stored whole
+  here, at each start.
+* ``result/<table>``: the fixed point F.
+* ``emitted/<table>``: what the outputs were last given (differs from F only for
+  contractions, whose changes below the tolerance are not emitted).
+
+Commits made before locations existed name a Delta version of ``<kind>/<table>`` (a
+plain number); they are read as before, and replaced by the first new commit.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import reduce
 from operator import and_
 from typing import Any
@@ -44,115 +57,182 @@ DIFF = "_diff"
 _SNAPSHOT_EVERY = 4
 # Up to this many changed rows, folding them in scans the contents once instead of shuffling them.
 _BROADCAST_ROWS = 200_000
+_LOCATION = re.compile(r"^e\d{6}-[0-9a-f]{8}$")
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """One committed version of one stored table."""
+
+    at: str
+    """The table's location, relative to the iterate's folder (``<kind>/<table>/<name>``)."""
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "version": self.version}
+
+    @classmethod
+    def from_json(cls, value: Any, kind: str, table: str) -> TableRef | None:
+        if value is None:
+            return None
+        if isinstance(value, int):  # written before locations: the table's one fixed place
+            return cls(f"{kind}/{table}", value)
+        return cls(str(value["at"]), int(value["version"]))
+
+
+def log_refs(value: Any, table: str) -> list[TableRef]:
+    """The segments of a table's log, as a commit names them."""
+    if value is None:
+        return []
+    if not isinstance(value, list):  # one table: a log before locations, or a static table's contents
+        return [ref for ref in [TableRef.from_json(value, "inputs", table)] if ref is not None]
+    return [ref for item in value if (ref := TableRef.from_json(item, "inputs", table)) is not None]
+
+
+def locations(versions: Mapping[str, Any]) -> set[str]:
+    """Every location a commit's ``versions`` name."""
+    refs: list[TableRef | None] = []
+    for kind, tables in versions.items():
+        for table, value in tables.items():
+            if kind == "contents":  # a streaming table's snapshot (its log is under "inputs")
+                refs.append(TableRef.from_json(value.get("snapshot"), kind, table))
+            elif kind == "inputs" and isinstance(value, list):  # a streaming table's log
+                refs += log_refs(value, table)
+            else:  # a static table's contents, F, what was emitted (or a log before locations)
+                refs.append(TableRef.from_json(value, kind, table))
+    return {ref.at for ref in refs if ref is not None}
 
 
 class IterateStore:
-    def __init__(self, spark: SparkSession, snapshots: Storage, persistent_id: str) -> None:
+    def __init__(self, spark: SparkSession, snapshots: Storage, persistent_id: str, epoch: int) -> None:
         self._spark = spark
         self._snapshots = snapshots
         self._base = join("iterate", persistent_id)
         self._persistent_id = persistent_id
-        self._checked: set[str] = set()
-        """Logs already appended to by this store; after their first append, every append of
-        this store is followed by its commit, or the store is dropped (the query restarts)."""
+        self._epoch = epoch
+        self._appended: dict[str, int] = {}
+        """Log segments this store created, with the version its last append made."""
 
-    def _uri(self, kind: str, table: str) -> str:
-        return self._snapshots.spark_uri(join(self._base, kind, table))
+    def _uri(self, at: str) -> str:
+        return self._snapshots.spark_uri(join(self._base, at))
 
-    def read_contents(self, table: str, log: int | None, snapshot: int | None, logged: int | None,
+    def _new_location(self, kind: str, table: str) -> str:
+        return f"{kind}/{table}/e{self._epoch:06d}-{uuid.uuid4().hex[:8]}"
+
+    def read_contents(self, table: str, snapshot: TableRef | None, log: list[TableRef], logged: int | None,
                       schema: StructType, materialize: bool) -> DataFrame:
-        """The table's rows with their multiplicity (``_diff`` > 0): the ``snapshot`` version
-        of its contents (None: none taken) with the ``log`` version of its changes folded in
-        (None: nothing logged). ``logged`` is the log's length, if known. If ``materialize``,
-        the result is computed now and kept in memory; otherwise it is a lazy read."""
+        """The table's rows with their multiplicity (``_diff`` > 0): the ``snapshot`` (None:
+        none taken) with every segment of its ``log`` folded in. ``logged`` is the log's
+        length, if known. If ``materialize``, the result is computed now and kept in
+        memory; otherwise it is a lazy read."""
         empty = self._spark.createDataFrame([], with_diff(schema))
-        changes = empty if log is None else (
-            self._spark.read.format("delta").option("versionAsOf", log).load(self._uri("inputs", table)))
+        changes = reduce(DataFrame.unionByName, (self.read(ref, schema) for ref in log), empty)
         net = netted(changes)
         if snapshot is None:
             contents = net.where(F.col(DIFF) > 0)
         else:
-            stored = self._spark.read.format("delta").option("versionAsOf", snapshot).load(self._uri("contents", table))
+            stored = self.read(snapshot, schema)
             rows = changes.count() if logged is None else logged
             contents = fold(stored, net, rows, empty=False, materialize=False) if rows else stored
         return contents.localCheckpoint(eager=True) if materialize else contents
 
     def store_changes(self, table: str, net: DataFrame, rows: int, contents: DataFrame,
                       stored: Mapping[str, Any]) -> dict[str, Any]:
-        """Records a batch's netted changes (``rows`` of them) of a streaming table, whose contents are now
-        ``contents``: appended to the log, or, once the log has grown to a quarter of the
-        last snapshot, as a new snapshot with an empty log. ``stored`` and the result are
-        {"log", "snapshot", "logged", "rows"}: the Delta versions of the log and the
-        snapshot, the log's length in rows, and the snapshot's size. A batch without changes
+        """Records a batch's netted changes (``rows`` of them) of a streaming table, whose
+        contents are now ``contents``: appended to the log, or, once the log has grown to
+        a quarter of the last snapshot, as a new snapshot with an empty log. ``stored`` and
+        the result are {"snapshot", "rows", "log", "logged"}: the snapshot's ref and size
+        in rows, the log's segments and its length in rows. A batch without changes
         writes nothing."""
         logged = stored.get("logged", 0) + rows
         if "snapshot" in stored and rows == 0:
             return dict(stored)
         if "snapshot" in stored and logged * _SNAPSHOT_EVERY <= stored.get("rows", 0):
-            return {**stored, "log": self.append_changes(table, net, stored["log"]), "logged": logged}
+            log_ = self.append_changes(table, net, log_refs(stored.get("log"), table))
+            return {**stored, "log": [ref.to_json() for ref in log_], "logged": logged}
         snapshot = self.write("contents", table, contents)
         # Not counted from ``contents``: that may be a lazy plan (a stored snapshot with
         # changes folded in) that a second evaluation would recompute.
-        rows = self.written_rows("contents", table, snapshot, contents.schema)
-        return {"snapshot": snapshot, "rows": rows, "log": self.write("inputs", table, net.limit(0)), "logged": 0}
+        return {"snapshot": snapshot.to_json(), "rows": self.written_rows(snapshot, contents.schema),
+                "log": [], "logged": 0}
 
-    def append_changes(self, table: str, changes: DataFrame, committed: int) -> int:
-        """Appends ``changes`` (rows plus _diff) to the table's log, whose committed version
-        is ``committed``; returns the log's version that includes them."""
-        uri = self._uri("inputs", table)
-        if table not in self._checked:
-            latest = self._latest_version("inputs", table)
-            if latest != committed:
-                log.warning("iterate %s: the log of %s has versions %d to %d from a run that did not commit; "
-                            "restoring version %d", self._persistent_id, table, committed + 1, latest, committed)
-                from delta.tables import DeltaTable
+    def append_changes(self, table: str, changes: DataFrame, log: list[TableRef]) -> list[TableRef]:
+        """Appends ``changes`` (rows plus _diff) to the table's committed ``log``; returns
+        the log that includes them. Appends go to a segment of this store's own whose
+        last append was committed; otherwise (after a restart, or an append whose commit
+        failed) to a new segment, so that nothing uncommitted is ever read."""
+        last = log[-1] if log else None
+        if last is not None and self._appended.get(last.at) == last.version:
+            changes.write.format("delta").mode("append").save(self._uri(last.at))
+            self._appended[last.at] = last.version + 1
+            return [*log[:-1], TableRef(last.at, last.version + 1)]
+        at = self._new_location("inputs", table)
+        changes.write.format("delta").save(self._uri(at))
+        self._appended[at] = 0
+        return [*log, TableRef(at, 0)]
 
-                DeltaTable.forPath(self._spark, uri).restoreToVersion(committed)
-            self._checked.add(table)
-        changes.write.format("delta").mode("append").save(uri)
-        return self._latest_version("inputs", table)
+    def replace_contents(self, table: str, contents: DataFrame) -> TableRef:
+        """Stores a static table whole (each row once)."""
+        return self.write("inputs", table, contents.withColumn(DIFF, F.lit(1)))
 
-    def replace_contents(self, table: str, contents: DataFrame) -> int:
-        """Stores a static table whole (each row once); returns the new version."""
-        self.write("inputs", table, contents.withColumn(DIFF, F.lit(1)))
-        return self._latest_version("inputs", table)
-
-    def read(self, kind: str, table: str, version: int | None, schema: StructType) -> DataFrame:
-        if version is None:
+    def read(self, ref: TableRef | None, schema: StructType) -> DataFrame:
+        if ref is None:
             return self._spark.createDataFrame([], schema)
-        return self._spark.read.format("delta").option("versionAsOf", version).load(self._uri(kind, table))
+        return self._spark.read.format("delta").option("versionAsOf", ref.version).load(self._uri(ref.at))
 
-    def write(self, kind: str, table: str, df: DataFrame) -> int:
-        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(self._uri(kind, table))
-        return self._latest_version(kind, table)
+    def write(self, kind: str, table: str, df: DataFrame) -> TableRef:
+        """Writes ``df`` as a new table (version 0) at a location of its own."""
+        at = self._new_location(kind, table)
+        df.write.format("delta").save(self._uri(at))
+        return TableRef(at, 0)
 
-    def _log(self, kind: str, table: str) -> str:
-        """The storage key of a stored table's Delta log folder."""
-        return join(self._base, kind, table, "_delta_log")
-
-    def written_rows(self, kind: str, table: str, version: int, schema: StructType) -> int:
-        """The number of rows a write put in ``version``: the ``numOutputRows`` that Delta
-        records in the commit, read with the storage backend. Counting the version with
-        Spark costs a read of the table (2.4 s for the first one in a driver); the count is
-        the fallback when the commit has no metrics (spark.databricks.delta.history.metricsEnabled
-        turned off)."""
-        commit = self._snapshots.read(join(self._log(kind, table), f"{version:020d}.json"))
+    def written_rows(self, ref: TableRef, schema: StructType) -> int:
+        """The number of rows a write put in ``ref``'s version: the ``numOutputRows`` that
+        Delta records in the commit, read with the storage backend. Counting the version
+        with Spark costs a read of the table (2.4 s for the first one in a driver); the
+        count is the fallback when the commit has no metrics
+        (spark.databricks.delta.history.metricsEnabled turned off)."""
+        commit = self._snapshots.read(join(self._base, ref.at, "_delta_log", f"{ref.version:020d}.json"))
         for line in commit.decode().splitlines():
             info = json.loads(line).get("commitInfo")
             rows = (info or {}).get("operationMetrics", {}).get("numOutputRows")
             if rows is not None:
                 return int(rows)
-        return self.read(kind, table, version, schema).count()
+        return self.read(ref, schema).count()
 
-    def _latest_version(self, kind: str, table: str) -> int:
-        """The table's latest Delta version: the highest commit file in its ``_delta_log``.
-        A listing, where asking Delta for its history costs a Spark job (0.2 to 0.4 s)."""
-        log_folder = self._log(kind, table) + "/"
-        names = (key.rsplit("/", 1)[-1] for key in self._snapshots.list(log_folder))
-        versions = [int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit()]
-        if not versions:
-            raise FileNotFoundError(f"no Delta commit under {self._snapshots.spark_uri(log_folder)}")
-        return max(versions)
+    def drop(self, superseded: Iterable[str]) -> None:
+        """Deletes locations that the committed state no longer names."""
+        for at in superseded:
+            self._delete_location(at)
+            self._appended.pop(at, None)
+
+    def collect_garbage(self, keep: set[str]) -> int:
+        """Deletes every location under this iterate that ``keep`` does not name: what
+        crashed runs and superseded drivers wrote. Run by a driver after it opened the
+        state (so after any older driver's last commit); returns how many went."""
+        found = {self._location_of(key) for key in self._snapshots.list(self._base + "/")}
+        doomed = sorted(at for at in found if at and at not in keep)
+        for at in doomed:
+            self._delete_location(at)
+        if doomed:
+            log.info("iterate %s: deleted %d stored tables that no commit names", self._persistent_id, len(doomed))
+        return len(doomed)
+
+    def _location_of(self, key: str) -> str | None:
+        parts = key[len(self._base) + 1:].split("/")
+        if len(parts) < 3:
+            return None
+        return "/".join(parts[:3]) if _LOCATION.match(parts[2]) else "/".join(parts[:2])
+
+    def _delete_location(self, at: str) -> None:
+        prefix = join(self._base, at) + "/"
+        if len(at.split("/")) == 3:
+            self._snapshots.delete_prefix(prefix)
+            return
+        for key in self._snapshots.list(prefix):  # a table of the fixed place: not the locations inside it
+            rest = key[len(prefix):].split("/")
+            if not (len(rest) > 1 and _LOCATION.match(rest[0])):
+                self._snapshots.delete(key)
 
 
 def with_diff(schema: StructType) -> StructType:

@@ -23,10 +23,17 @@ from spark_app.persistence import Backend
 from spark_app.runtime.iterate.engine import Convergence, fingerprint
 from spark_app.runtime.iterate.node import IterateSink, IterateSpec
 from spark_app.runtime.iterate.policy import Kind
-from spark_app.runtime.outputs import Batch, JsonLinesOutput
+from spark_app.runtime.outputs import Batch, JsonLinesOutput, OutputContext
 from spark_app.runtime.session import build_session, spark_conf
 from spark_app.state.records import QueryHead
+from spark_app.storage import Storage
 from tests.integration.spark_app.harness import REPO, fold, read_changelog
+
+
+def context(storage: Storage, epoch: int = 1) -> OutputContext:
+    """What a driver of ``epoch`` gives its sinks."""
+    return OutputContext(epoch, "test-state", storage)
+
 
 sys.path.insert(0, str(REPO / "examples"))
 import connected_components as cc  # noqa: E402
@@ -78,7 +85,7 @@ class Components(Fed):
         self.output = JsonLinesOutput("labels", str(folder / "labels.jsonlines"), None)
         self.sink.attach("labels", self.output, ("vertex", "label"))
         self.storage = Backend.filesystem(folder / "state").storage()
-        self.sink.recover(None, self.storage)
+        self.sink.recover(None, context(self.storage))
 
     def apply(self, changes: list[tuple[int, int, int]]) -> dict[str, object]:
         rows = []
@@ -94,7 +101,8 @@ class Components(Fed):
                          outputs={"labels": self.output._head})
         self.sink = IterateSink(self.sink.spec, self.spark)
         self.sink.attach("labels", self.output, ("vertex", "label"))
-        self.sink.recover(head, self.storage)
+        self.epoch = getattr(self, "epoch", 1) + 1  # a relaunched driver has the next epoch
+        self.sink.recover(head, context(self.storage, self.epoch))
         written = self.sink.start(0)
         assert written is not None and written.iterate is not None and written.iterate["decision"] == "reuse"
         self.sink.committed(written)
@@ -179,10 +187,16 @@ def test_the_stored_inputs_are_a_snapshot_and_the_changes_since_which_a_restart_
     assert apply([(30, 31, 1), (31, 32, 1)]) == {**first, "logged": 2}
     components.restart()
     assert apply([(0, 1, -1), (1, 6, -1), (40, 41, 1)]) == {**first, "logged": 5}  # 0-1 stays, once
+    # The restarted driver appended to a log segment of its own epoch: the old driver's is never touched.
+    segments = components.sink._committed.meta["versions"]["inputs"]["edges"]
+    assert [s["at"].split("/")[2][:7] for s in segments] == ["e000001", "e000002"]
     components.restart()
-    # Then the next batch writes a new snapshot and empties the log.
+    # Then the next batch writes a new snapshot and empties the log; what it replaced is deleted.
     second = apply([(50, 51, 1), (51, 52, 1)])
-    assert second["snapshot"] > first["snapshot"] and (second["rows"], second["logged"]) == (24, 0)
+    assert second["snapshot"] != first["snapshot"] and (second["rows"], second["logged"]) == (24, 0)
+    stored = tmp_path / "state" / "iterate" / "cc"
+    assert [p.name for p in (stored / "contents" / "edges").iterdir()] == [second["snapshot"]["at"].split("/")[2]]
+    assert not (stored / "inputs" / "edges").exists() or not list((stored / "inputs" / "edges").iterdir())
     components.restart()
     apply([(0, 1, -1), (6, 7, 1)])  # the last 0-1 goes: 0 disappears
     assert 0 not in components.labels() and components.labels()[1] == 1
@@ -198,14 +212,15 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
     restarted.sink.attach("labels", first.output, ("vertex", "label"))
     head = QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta,
                      outputs={"labels": first.output._head})
-    restarted.sink.recover(head, first.storage)
+    restarted.sink.recover(head, context(first.storage, 2))
     written = restarted.sink.start(0)
     assert written is not None and written.iterate is not None
     assert (written.iterate["decision"], written.iterate["iterations"]) == ("reuse", 0)
     assert written.outputs == {}  # nothing emitted
 
     # An output added since gets the whole stored fixed point, still without iterating.
-    restarted.sink.recover(QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta), first.storage)
+    restarted.sink.recover(QueryHead(batch=0, batch_time_ms=0, commit_time_ms=0, iterate=head_meta),
+                          context(first.storage, 3))
     written = restarted.sink.start(0)
     assert written is not None and written.iterate["iterations"] == 0  # type: ignore[index]
     assert written.outputs["labels"].rows == 3
@@ -232,7 +247,7 @@ class Distances(Fed):
         )
         self.sink = IterateSink(spec, spark)
         self.sink.attach("distances", JsonLinesOutput("distances", str(folder / "distances.jsonlines"), None))
-        self.sink.recover(None, Backend.filesystem(folder / "state").storage())
+        self.sink.recover(None, context(Backend.filesystem(folder / "state").storage()))
 
     def apply(self, edges: list[tuple[int, int, float]]) -> dict[str, object]:
         rows = [("edges", json.dumps({"src": u, "dst": v, "weight": w}), 1) for u, v, w in edges]
@@ -296,7 +311,7 @@ class Ranks(Fed):
         self.sink = IterateSink(spec, spark)
         self.output = JsonLinesOutput("ranks", str(folder / "ranks.jsonlines"), None)
         self.sink.attach("ranks", self.output)
-        self.sink.recover(None, Backend.filesystem(folder / "state").storage())
+        self.sink.recover(None, context(Backend.filesystem(folder / "state").storage()))
 
     def apply(self, links: list[tuple[int, int, int]]) -> dict[str, object]:
         rows = []

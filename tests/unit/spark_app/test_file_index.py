@@ -66,3 +66,13 @@ def test_a_slow_writer_cannot_fork_the_chain_after_compaction(storage: Storage, 
     chain = [f.path for f in FileIndex(storage, "src").files(0, 6)]
     assert chain == ["a.csv", "f2.csv", "f3.csv", "f4.csv", "f5.csv", "late.csv"]
     assert [f.path for f in slow.files(0, 6)] == chain
+
+
+def test_a_batch_is_bounded_by_files_and_bytes_but_always_moves(storage: Storage) -> None:
+    index = FileIndex(storage, "src")
+    index.admit([FileEntry(f"f{i}.csv", size, i) for i, size in enumerate([10, 10, 10, 500, 10, 10])])
+    assert index.bounded_end(0, 6, max_files=2, max_bytes=1000) == 2
+    assert index.bounded_end(2, 6, max_files=10, max_bytes=100) == 3  # f3 would pass the bytes
+    assert index.bounded_end(3, 6, max_files=10, max_bytes=100) == 4  # alone over the limit: still read
+    assert index.bounded_end(4, 6, max_files=10, max_bytes=100) == 6
+    assert index.bounded_end(6, 6, max_files=10, max_bytes=100) == 6

@@ -71,3 +71,40 @@ def test_a_bad_row_never_changes_how_good_rows_are_read(values: list[str]) -> No
     assert parsed.table.to_pylist() == [row for p in alone for row in p.table.to_pylist()]
     assert len(parsed.rejected) == sum(len(p.rejected) for p in alone)
     assert parsed.table.num_rows + len(parsed.rejected) == len(values)
+
+
+def test_csv_invalid_utf8_sets_aside_only_its_row() -> None:
+    parsed = parse_csv(b"word,n\napple,1\n\xff\xfebad,2\npear,3\n", WORDS)
+    assert parsed.table.to_pylist() == [{"word": "apple", "n": 1}, {"word": "pear", "n": 3}]
+    assert [(r.line, r.error) for r in parsed.rejected] == [(3, "is not valid UTF-8 (byte 0xff at column 1)")]
+    assert parsed.rejected[0].raw == "\ufffd\ufffdbad,2"
+
+
+def test_csv_unbalanced_quote_sets_aside_only_its_line() -> None:
+    parsed = parse_csv(b'word,n\napple,1\n"unbalanced,2\npear,3\nplum,4\n', WORDS)
+    assert parsed.table.to_pylist() == [{"word": "apple", "n": 1}, {"word": "pear", "n": 3}, {"word": "plum", "n": 4}]
+    assert [(r.line, r.raw, r.error) for r in parsed.rejected] == [
+        (3, '"unbalanced,2', "has a quoted field that is not closed on its line")]
+
+
+def test_csv_bad_lines_and_bad_values_together_keep_their_line_numbers() -> None:
+    data = b'word,n\na,1\n"open,2\nb,x\n\xc3(,3\nc,4\ntoo,many,5\n'
+    parsed = parse_csv(data, WORDS)
+    assert parsed.table.to_pylist() == [{"word": "a", "n": 1}, {"word": "c", "n": 4}]
+    assert [r.line for r in parsed.rejected] == [3, 4, 5, 7]
+
+
+def test_a_header_that_cannot_be_read_rejects_the_file_with_the_reason() -> None:
+    parsed = parse_csv(b'wo\xffrd,n\na,1\nb,2\n', WORDS)
+    assert parsed.table.num_rows == 0
+    assert [(r.line, r.raw, r.error) for r in parsed.rejected] == [
+        (2, "a,1", "the header on line 1 is not valid UTF-8 (byte 0xff at column 3)"),
+        (3, "b,2", "the header on line 1 is not valid UTF-8 (byte 0xff at column 3)")]
+
+
+def test_line_numbers_can_start_later_in_the_file() -> None:
+    """A block of a large file: its lines are numbered where they are in the file."""
+    parsed = parse_csv(b"word,n\nok,1\nbad,x\n", WORDS, first_line=101)
+    assert [r.line for r in parsed.rejected] == [102]
+    parsed = parse_jsonlines(b'{"word":"a","n":1}\n{"word":"b","n":"x"}\n', WORDS, first_line=51)
+    assert [r.line for r in parsed.rejected] == [52]

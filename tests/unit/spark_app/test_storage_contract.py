@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 import threading
+import time
 
 import pytest
 
 from spark_app.persistence import Backend
-from spark_app.storage import NotFound, Storage, StorageMisconfigured
+from spark_app.storage import (
+    FilesystemStorage,
+    NotFound,
+    RetryingStorage,
+    RetryPolicy,
+    S3Location,
+    S3Storage,
+    Storage,
+    StorageMisconfigured,
+    StorageUnavailable,
+)
 
 
 def test_write_then_read_round_trips(storage: Storage) -> None:
@@ -88,15 +100,98 @@ def test_unwritable_folder_is_reported(tmp_path) -> None:  # type: ignore[no-unt
         storage.check_writable()
 
 
-def test_delete_prefix_removes_directory_markers_too(backend: Backend, storage: Storage) -> None:
+def test_delete_prefix_removes_directory_markers_too(backend: Backend, storage: Storage,
+                                                   request: pytest.FixtureRequest) -> None:
     if backend.kind == "s3":
         from spark_app.storage import S3Location
 
         location = S3Location.parse(backend.root, endpoint_url=backend.endpoint_url)
-        client = storage.inner._client  # type: ignore[attr-defined]
+        client = request.getfixturevalue("s3_server").client()  # Hadoop writes these markers, not we
         client.put_object(Bucket=location.bucket, Key=f"{location.prefix}/checkpoints/q/", Body=b"")
     storage.write("checkpoints/q/offsets/0", b"x")
     storage.delete_prefix("")
     assert storage.list("") == []
     if backend.kind == "s3":
         assert "Contents" not in client.list_objects_v2(Bucket=location.bucket, Prefix=location.prefix)
+
+
+def test_list_entries_gives_sizes_and_modification_times(storage: Storage) -> None:
+    before = int(time.time() * 1000) - 2000
+    storage.write("in/a.csv", b"12345")
+    storage.write("in/sub/b.csv", b"1")
+    storage.write("other/c.csv", b"")
+    entries = storage.list_entries("in/")
+    assert [(e.path, e.size) for e in entries] == [("a.csv", 5), ("sub/b.csv", 1)]
+    assert all(e.mtime_ms >= before for e in entries)
+
+
+def test_check_writable_rides_out_a_transient_failure() -> None:
+    flaky = Flaky(failures=2)
+    RetryingStorage(flaky, RetryPolicy(initial_delay_s=0.0), sleep=lambda _: None).check_writable()
+    assert flaky.calls == 3
+
+
+def test_an_io_error_of_the_state_folder_is_transient(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """EIO or ESTALE of a network volume is an outage to wait out, not a wrong setting."""
+    storage = FilesystemStorage(tmp_path / "state")
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr("spark_app.storage.filesystem.tempfile.mkstemp", broken)
+    with pytest.raises(StorageUnavailable):
+        storage.check_writable()
+    with pytest.raises(StorageUnavailable):
+        storage.write("x", b"1")
+
+
+def test_a_read_cut_off_mid_body_is_retried(s3_server) -> None:  # type: ignore[no-untyped-def]
+    from botocore.exceptions import ResponseStreamingError
+
+    bucket = s3_server.new_bucket()
+    real = s3_server.client()
+    real.put_object(Bucket=bucket, Key="p/k", Body=b"payload")
+
+    class CutOff:
+        def read(self) -> bytes:
+            raise ResponseStreamingError(error="connection reset by peer")
+
+    class OnceCutOff:
+        def __init__(self) -> None:
+            self.cut = False
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(real, name)
+
+        def get_object(self, **kwargs):  # type: ignore[no-untyped-def]
+            response = real.get_object(**kwargs)
+            if not self.cut:
+                self.cut = True
+                response["Body"] = CutOff()
+            return response
+
+    inner = S3Storage(S3Location(bucket, "p", s3_server.endpoint_url, path_style=True), client=OnceCutOff())
+    storage = RetryingStorage(inner, RetryPolicy(initial_delay_s=0.0), sleep=lambda _: None)
+    assert storage.read("k") == b"payload"
+
+
+class Flaky:
+    """A storage whose check_writable fails transiently a few times first."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def check_writable(self) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise StorageUnavailable("503 Service Unavailable")
+
+
+def test_read_range_reads_part_of_a_key(storage: Storage) -> None:
+    storage.write("big", b"0123456789")
+    assert storage.read_range("big", 2, 5) == b"234"
+    assert storage.read_range("big", 8, 20) == b"89"
+    assert storage.read_range("big", 10, 20) == b""
+    with pytest.raises(NotFound):
+        storage.read_range("missing", 0, 1)

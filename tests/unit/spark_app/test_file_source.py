@@ -1,0 +1,93 @@
+"""Reading a source's files in tasks: block by block, as admitted, whatever happened since."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_app.persistence import Backend
+from spark_app.runtime import file_source
+from spark_app.runtime.file_source import ReadPlan, count_dead_letters, dead_letter_key, read_files
+from spark_app.runtime.inputs import InputLocation
+from spark_app.runtime.parsing import CsvFormat
+from spark_app.storage import FileEntry
+
+WORDS = pa.schema([("word", pa.string()), ("n", pa.int32())])
+
+
+def plan(tmp_path: Path, fmt: str = "csv") -> ReadPlan:
+    return ReadPlan("words", fmt, InputLocation(Backend.filesystem(tmp_path / "in")),
+                    Backend.filesystem(tmp_path / "dead"), CsvFormat(), WORDS)
+
+
+def admit(tmp_path: Path, name: str, data: bytes) -> FileEntry:
+    path = tmp_path / "in" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return FileEntry(name, len(data), 0)
+
+
+def rows(p: ReadPlan, entries: list[FileEntry]) -> list[dict[str, object]]:
+    return [row for batch in read_files(p, entries) for row in batch.to_pylist()]
+
+
+def dead(tmp_path: Path, name: str) -> list[dict[str, object]]:
+    path = tmp_path / "dead" / dead_letter_key("words", name)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_large_file_is_read_in_blocks_with_its_own_line_numbers(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(file_source, "BLOCK_BYTES", 16)
+    lines = [f"w{i},{i}" if i != 37 else "bad,x" for i in range(60)]
+    entry = admit(tmp_path, "a.csv", ("word,n\n" + "\n".join(lines) + "\n").encode())
+    got = rows(plan(tmp_path), [entry])
+    assert got == [{"word": f"w{i}", "n": i} for i in range(60) if i != 37]
+    assert [(r["line"], r["raw"]) for r in dead(tmp_path, "a.csv")] == [(39, "bad,x")]
+
+
+def test_a_line_longer_than_a_block_is_read_whole(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(file_source, "BLOCK_BYTES", 8)
+    long = "x" * 50
+    entry = admit(tmp_path, "a.jsonl", f'{{"word":"{long}","n":1}}\n{{"word":"b","n":2}}\n'.encode())
+    assert rows(plan(tmp_path, "jsonlines"), [entry]) == [{"word": long, "n": 1}, {"word": "b", "n": 2}]
+
+
+def test_a_file_deleted_after_admission_is_recorded_and_skipped(tmp_path: Path) -> None:
+    gone = admit(tmp_path, "gone.csv", b"word,n\na,1\n")
+    kept = admit(tmp_path, "kept.csv", b"word,n\nb,2\n")
+    (tmp_path / "in" / "gone.csv").unlink()
+    p = plan(tmp_path)
+    assert rows(p, [gone, kept]) == [{"word": "b", "n": 2}]
+    assert [r["error"] for r in dead(tmp_path, "gone.csv")] == [
+        "the file was deleted after it was admitted; nothing of it was read"]
+    assert count_dead_letters(p.dead_letter, "words", [gone, kept]) == file_source.SetAside(rows=0, files=1)
+
+
+def test_a_file_that_grew_is_read_as_admitted_and_reported(tmp_path: Path) -> None:
+    entry = admit(tmp_path, "a.csv", b"word,n\na,1\n")
+    with open(tmp_path / "in" / "a.csv", "ab") as handle:
+        handle.write(b"b,2\n")
+    p = plan(tmp_path)
+    assert rows(p, [entry]) == [{"word": "a", "n": 1}]
+    assert "grew after it was admitted" in str(dead(tmp_path, "a.csv")[0]["error"])
+    assert rows(p, [entry]) == [{"word": "a", "n": 1}]  # a replay reads the same bytes
+
+
+def test_a_file_that_shrank_is_read_as_far_as_it_goes_and_reported(tmp_path: Path) -> None:
+    entry = admit(tmp_path, "a.csv", b"word,n\na,1\nb,2\nc,3\n")
+    (tmp_path / "in" / "a.csv").write_bytes(b"word,n\na,1\n")
+    p = plan(tmp_path)
+    assert rows(p, [entry]) == [{"word": "a", "n": 1}]
+    assert "shorter than when it was admitted" in str(dead(tmp_path, "a.csv")[0]["error"])
+    assert count_dead_letters(p.dead_letter, "words", [entry]).files == 1
+
+
+@pytest.mark.parametrize("data", [b"word,n\na,1\n\xffb,2\nc,3\n", b'word,n\na,1\n"b,2\nc,3\n'])
+def test_malformed_rows_are_counted_as_rows(tmp_path: Path, data: bytes) -> None:
+    entry = admit(tmp_path, "a.csv", data)
+    p = plan(tmp_path)
+    assert rows(p, [entry]) == [{"word": "a", "n": 1}, {"word": "c", "n": 3}]
+    assert count_dead_letters(p.dead_letter, "words", [entry]) == file_source.SetAside(rows=1, files=0)

@@ -1,0 +1,51 @@
+"""The driver's reports to its pod: off the commit path, newest first, never in a loop."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from spark_app import contract
+from spark_app.runtime.reporting import PodReporter
+
+
+class HangingApi:
+    """An API server that accepts the connection but does not answer until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.seen: list[dict[str, Any]] = []
+
+    def patch(self, annotations: dict[str, Any]) -> None:
+        self.release.wait(30)
+        self.seen.append(json.loads(annotations[contract.STATUS_ANNOTATION]))
+
+
+def test_a_hung_api_server_does_not_hold_up_the_caller_and_the_newest_status_wins() -> None:
+    api = HangingApi()
+    reporter = PodReporter(api.patch, "pod ns/p")
+    began = time.monotonic()
+    for batch in range(50):
+        reporter.report({"batch": batch})
+    assert time.monotonic() - began < 1.0  # a commit reports and goes on
+    api.release.set()
+    reporter.close()
+    assert api.seen[-1]["batch"] == 49
+    assert len(api.seen) <= 2  # the first, then the newest: not all 50
+
+
+def test_a_failing_api_server_is_warned_about_once_and_retried_at_the_next_change() -> None:
+    calls: list[int] = []
+
+    def refuse(annotations: dict[str, Any]) -> None:
+        calls.append(1)
+        raise ConnectionError("refused")
+
+    reporter = PodReporter(refuse, "pod ns/p")
+    reporter.report({"batch": 1})
+    time.sleep(0.3)
+    reporter.report({"batch": 2})
+    reporter.close()
+    assert 2 <= len(calls) <= 3
