@@ -104,6 +104,10 @@ class Config:
     failing query) before the driver exits with contract.EXIT_STORAGE_UNAVAILABLE."""
     source_limits: Mapping[str, int] = field(default_factory=dict)
     """Default batch bounds of file sources: max_files_per_trigger, max_bytes_per_trigger."""
+    log_retained: int = 100
+    """Metadata log entries kept when it is compacted (every this many appends)."""
+    index_compact_after: int = 64
+    """A file source's index merges its segments into one after this many admissions."""
 
     def __post_init__(self) -> None:
         if self.snapshot_interval_ms <= 0:

@@ -62,6 +62,18 @@ class Kube:
             names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False,
             _request_timeout=_TIMEOUT))
 
+    def list_pipelines(self, namespace: str) -> list[JsonDict]:
+        """Every PersistentPipeline the operator may see: all namespaces' with cluster-wide
+        rights, else those of ``namespace`` (an operator serving listed namespaces)."""
+        try:
+            found = _call(lambda: self._custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.PLURAL, _preload_content=False, _request_timeout=_TIMEOUT))
+        except _Forbidden:
+            found = _call(lambda: self._custom.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.PLURAL, _preload_content=False,
+                _request_timeout=_TIMEOUT))
+        return list(found.get("items") or [])
+
     def replace_status(self, resource: Mapping[str, Any], status: JsonDict) -> JsonDict:
         """Writes the whole status, conditional on the resourceVersion read: if anyone
         changed the resource since (a user, another replica), this raises ``Conflict``
@@ -153,12 +165,18 @@ class _NotFound(Exception):
     pass
 
 
+class _Forbidden(Exception):
+    pass
+
+
 def _call(request: Callable[[], Any]) -> JsonDict:
     try:
         response = request()
     except ApiException as error:
         if error.status == 404:
             raise _NotFound() from None
+        if error.status == 403:
+            raise _Forbidden() from None
         if error.status == 409:
             raise Conflict(_reason(error)) from None
         raise ApiUnavailable(f"the API server answered {error.status}: {_reason(error)}") from None

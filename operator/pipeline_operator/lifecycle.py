@@ -64,6 +64,9 @@ class Observed:
     problems: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     """Prerequisites (Secret, claim, service account) not found; looked up only when no driver runs."""
+    root_taken_by: str = ""
+    """Another PersistentPipeline whose state root is this one's, or holds or lies inside it
+    (its namespace/name); looked up only when no driver runs."""
     deleting: bool = False
     cleanup_phase: str | None = None
     """The state cleanup pod's phase while deleting with onDelete: Delete (None: no such pod)."""
@@ -280,6 +283,14 @@ def _no_driver(o: Observed, spec: PipelineSpec, m: Memory, t: Tunables) -> Decis
         events = () if m.announced_problem == root.message else (_warning("StateRootChangeRefused", root.message),)
         return _step(o, replace(m, announced_problem=root.message), "Invalid", root.message, events=events,
                      requeue=t.recheck_seconds)
+    if o.root_taken_by:
+        problem = (f"spec.persistence: the state root {spec.persistence.base_uri} overlaps the state of "
+                   f"PersistentPipeline {o.root_taken_by}, created before this one; two pipelines on one state "
+                   "would fence each other, and deleting one could delete the other's state: give this one a "
+                   "path (filesystem.path or s3.prefix) of its own")
+        events = () if m.announced_problem == problem else (_warning("StateRootConflict", problem),)
+        return _step(o, replace(m, announced_problem=problem), "Invalid", problem, events=events,
+                     requeue=t.recheck_seconds)
     if o.missing:
         problem = "; ".join(o.missing)
         events = () if m.announced_problem == problem else (_warning("InvalidSpec", problem),)
@@ -332,6 +343,8 @@ def _stop(o: Observed, m: Memory, d: DriverPod, reason: str, why: str, t: Tunabl
 
 def _failed(o: Observed, m: Memory, failure: Failure, policy: RestartPolicy, action: Action | None,
             t: Tunables) -> Decision:
+    if failure.reason == "StorageUnavailable":
+        return _storage_unavailable(o, m, failure, policy, action)
     count = m.consecutive_failures + 1
     m = replace(m, last_failure=failure, consecutive_failures=count, driver_uid="")
     what = f"driver epoch {failure.epoch} ended: {failure.reason}" + (
@@ -359,6 +372,23 @@ def _failed(o: Observed, m: Memory, failure: Failure, policy: RestartPolicy, act
                  degraded=(failure.reason, truncate(what)))
 
 
+def _storage_unavailable(o: Observed, m: Memory, failure: Failure, policy: RestartPolicy,
+                         action: Action | None) -> Decision:
+    """The driver rode out a storage outage for its whole budget and gave up: a condition of
+    the storage, not of the pipeline. Relaunched with capped backoff for as long as it
+    lasts, never counted against maxFailures, so the pipeline recovers by itself."""
+    outages = m.storage_outages + 1
+    delay = backoff_delay(policy, outages, f"{o.uid}/{failure.pod_uid}/storage")
+    m = replace(m, last_failure=failure, storage_outages=outages, driver_uid="",
+                next_launch_at=o.now + delay, next_launch_reason=failure.reason)
+    message = (f"driver epoch {failure.epoch} could not reach its state's storage" +
+               (f": {truncate(failure.message, 200)}" if failure.message else "") +
+               f"; relaunching in {delay:.0f}s (outage {outages}; not counted against maxFailures)")
+    return _step(o, m, "Restarting", truncate(message), action=action, requeue=delay,
+                 events=(_warning("StorageUnavailable", truncate(message)),),
+                 degraded=("StorageUnavailable", truncate(message)))
+
+
 def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunables, events: tuple[Event, ...],
              progressing: Condition | None = None) -> Decision:
     report = d.report
@@ -366,7 +396,10 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
     events_list = list(events)
     if fresh and report.state == "running" and m.announced_epoch < d.epoch:  # type: ignore[union-attr]
         events_list.append(_announce(d, m))
-        m = replace(m, announced_epoch=d.epoch, running_since=o.now)
+        if m.storage_outages:
+            events_list.append(_normal("StorageAvailable", f"driver epoch {d.epoch} reached its state's storage "
+                                                           f"again after {m.storage_outages} relaunches"))
+        m = replace(m, announced_epoch=d.epoch, running_since=o.now, storage_outages=0)
     health = assess(spec, d, o.now, t.report_stale_after_seconds,
                     m.running_since if m.announced_epoch == d.epoch else None)
     if fresh and report.queries and _checkpoint_due(m.checkpoint, d.epoch, report.last_commit_ms, t):  # type: ignore[union-attr]
@@ -431,6 +464,8 @@ def _failure_reason(d: DriverPod) -> str:
         return "Fenced"
     if d.exit_code == contract.EXIT_ALREADY_RUNNING:
         return "AlreadyRunning"
+    if d.exit_code == contract.EXIT_STORAGE_UNAVAILABLE:
+        return "StorageUnavailable"
     if d.reason in ("OOMKilled", "Evicted", "ContainerStatusUnknown", "DeadlineExceeded"):
         return d.reason
     if d.exit_code is not None and d.exit_code > 128:
@@ -473,6 +508,9 @@ def _step(o: Observed, m: Memory, phase: str, message: str, *, action: Action | 
         else Condition("Degraded", "False", "Healthy", ""),
         Condition("CheckpointHealthy", health.checkpoint_status, health.checkpoint_reason, health.checkpoint_message)
         if health else Condition("CheckpointHealthy", "Unknown", "DriverNotRunning", "no driver is running"),
+        Condition("StorageUnavailable", "True", "DriverCouldNotReachStorage",
+                  f"{m.storage_outages} drivers in a row ended because the state's storage was unreachable")
+        if m.storage_outages else Condition("StorageUnavailable", "False", "Reachable", ""),
     )
     memory = replace(m, phase=phase, message=truncate(message), conditions=conditions)
     return Decision(memory=memory, action=action, events=events, requeue_after=requeue, restart_reason=restart_reason)

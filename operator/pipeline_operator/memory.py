@@ -105,6 +105,9 @@ class Memory:
     """When the operator first saw that epoch's driver report it is running."""
     announced_problem: str = ""
     """The last invalid-spec message announced, so that an Event is posted once per problem."""
+    storage_outages: int = 0
+    """Drivers that ended in a row because the state's storage was unreachable (exit code 5):
+    the backoff's exponent for them, apart from the failure count."""
     degraded: str = ""
     """The reason a running driver is Degraded, if it is."""
     conditions: tuple[Condition, ...] = ()

@@ -4,11 +4,14 @@ next driver lives, and whether a running driver is healthy."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from pipeline_operator.errors import InvalidSpec
 from pipeline_operator.memory import Memory
 from pipeline_operator.observe import DriverPod, format_time
-from pipeline_operator.spec import PipelineSpec, RestartPolicy
+from pipeline_operator.spec import FilesystemBackend, PipelineSpec, RestartPolicy, S3Backend, parse_spec
 
 
 def backoff_delay(policy: RestartPolicy, failures: int, seed: str) -> float:
@@ -113,3 +116,38 @@ def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: f
     if report.idle:
         return Health("True", "Idle", "all available input is committed")
     return Health("True", "Committing", "commits are keeping up with the input")
+
+
+def root_taken_by(spec: PipelineSpec, created: str, others: Iterable[Mapping[str, Any]]) -> str:
+    """The namespace/name of a PersistentPipeline created before this one (``created`` is
+    this one's creationTimestamp) whose state overlaps this one's: the same root, or one
+    inside the other (a reset of the outer one would delete the inner one's state). ""
+    if none: the older pipeline keeps its state, the newer one is refused."""
+    mine = _root(spec)
+    order = (created, spec.namespace, spec.name)
+    for other in sorted(others, key=lambda o: (o["metadata"].get("creationTimestamp") or "",
+                                               o["metadata"]["namespace"], o["metadata"]["name"])):
+        meta = other["metadata"]
+        if (meta.get("creationTimestamp") or "", meta["namespace"], meta["name"]) >= order or meta.get("deletionTimestamp"):
+            continue
+        try:
+            theirs = _root(parse_spec(other.get("spec") or {}, namespace=meta["namespace"], name=meta["name"]))
+        except InvalidSpec:
+            continue
+        if mine[0] == theirs[0] and _nested(mine[1], theirs[1]):
+            return f"{meta['namespace']}/{meta['name']}"
+    return ""
+
+
+def _root(spec: PipelineSpec) -> tuple[tuple[str, ...], str]:
+    """Where a pipeline's state lives: the store (a namespace's claim, or an S3 endpoint's
+    bucket) and the path within it."""
+    backend = spec.persistence.backend
+    if isinstance(backend, FilesystemBackend):
+        return ("pvc", spec.namespace, backend.claim_name), backend.path.strip("/")
+    assert isinstance(backend, S3Backend)
+    return ("s3", backend.endpoint or "aws", backend.bucket), backend.prefix.strip("/")
+
+
+def _nested(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")

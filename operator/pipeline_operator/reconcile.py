@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipeline_operator import builders, names, observe, status
+from pipeline_operator import builders, names, observe, policy, status
 from pipeline_operator.errors import InvalidSpec
 from pipeline_operator.kube import Kube
 from pipeline_operator.lifecycle import (
@@ -87,15 +87,18 @@ class Reconciler:
             tail = self._kube.log_tail(namespace, driver.name, names.DRIVER_CONTAINER)
             driver = replace(driver, message=tail.strip())
         missing: tuple[str, ...] = ()
+        root_taken_by = ""
         if spec is not None and driver is None and spec.state == "running" and not deleting:
             missing = self._kube.missing(namespace, prerequisites(spec))
+            others = [p for p in self._kube.list_pipelines(namespace) if p["metadata"].get("uid") != meta["uid"]]
+            root_taken_by = policy.root_taken_by(spec, meta.get("creationTimestamp") or "", others)
         cleanup = None
         if deleting and spec is not None and spec.persistence.on_delete == "Delete":
             cleanup = observe.pod_phase(self._kube.get_pod(namespace, names.cleanup_pod_name(name)))
         observed = Observed(
             now=self._clock(), generation=int(meta.get("generation") or 0), uid=meta["uid"], spec=spec,
             memory=status.read_memory(resource.get("status")), driver=driver, problems=problems,
-            missing=missing, deleting=deleting, cleanup_phase=cleanup,
+            missing=missing, root_taken_by=root_taken_by, deleting=deleting, cleanup_phase=cleanup,
         )
         return observed, spec
 

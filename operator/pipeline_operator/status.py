@@ -36,7 +36,7 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                         "statelessGeneration": m.stateless_generation, "appliedHash": m.applied_hash},
         "bookkeeping": {"endedUid": m.ended_uid, "epochFloor": m.epoch_floor, "stopping": m.stopping,
                         "announcedEpoch": m.announced_epoch, "announcedProblem": m.announced_problem,
-                        "degraded": m.degraded,
+                        "degraded": m.degraded, "storageOutages": m.storage_outages,
                         **({"runningSince": format_time(m.running_since)} if m.running_since else {})},
     }
     if m.last_failure:
@@ -98,6 +98,7 @@ def read_memory(status: Mapping[str, Any] | None) -> Memory:
         running_since=parse_time(books["runningSince"]) if books.get("runningSince") else None,
         announced_problem=books.get("announcedProblem", ""),
         degraded=books.get("degraded", ""),
+        storage_outages=int(books.get("storageOutages") or 0),
         conditions=tuple(Condition(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
                          for c in s.get("conditions") or []),
     )

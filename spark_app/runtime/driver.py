@@ -33,8 +33,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
+from spark_app.faults import AFTER_COMMIT, AFTER_OUTPUT, AFTER_SNAPSHOT_COMMIT, IN_RECOVERY, crash_point
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.faults import AFTER_COMMIT, AFTER_OUTPUT, AFTER_SNAPSHOT_COMMIT, crash_point
 from spark_app.runtime.file_source import SourceOrderChanged, count_dead_letters
 from spark_app.runtime.outputs import Batch, OutputContext, OutputDamaged, Written
 from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec
@@ -151,7 +151,8 @@ class Driver:
         holder = Holder.this_process(config.pipeline or os.path.basename(os.environ.get("SPARK_APP_PIPELINE_FILE", "")))
         self._reporter = PodReporter.from_env()
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,
-                                          requested_epoch=config.epoch, owner=config.pipeline)
+                                          requested_epoch=config.epoch, owner=config.pipeline,
+                                          log_retained=config.log_retained)
         self.report()
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         _check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
@@ -160,7 +161,8 @@ class Driver:
             endpoint_url=config.snapshot_storage.endpoint_url, region=config.snapshot_storage.region,
             path_style=config.snapshot_storage.path_style if config.snapshot_storage.kind == "s3" else None,
         )
-        self._pipeline.write_context(config.snapshot_storage, dead_letter, config.source_limits)
+        self._pipeline.write_context(config.snapshot_storage, dead_letter,
+                                     {**config.source_limits, "index_compact_after": config.index_compact_after})
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, dead_letter)
             self._handlers[name] = handler
@@ -370,6 +372,10 @@ class Driver:
             self._fatal = self._fatal or error
 
     @property
+    def index_compact_after(self) -> int:
+        return self._config.index_compact_after
+
+    @property
     def snapshot_interval_s(self) -> float:
         return self._config.snapshot_interval_ms / 1000
 
@@ -391,7 +397,7 @@ class BatchHandler:
         self._driver = driver
         self._snapshots = snapshots
         self._dead_letter = dead_letter
-        self._indexes = {pid: FileIndex(snapshots, pid) for pid in spec.sources}
+        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after) for pid in spec.sources}
         self._last_commit = 0.0
         self._last_snapshot = time.monotonic()
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
@@ -403,6 +409,7 @@ class BatchHandler:
         sink = self._spec.sink
         session = self._driver.session
         sink.recover(head, OutputContext(session.epoch, session.state_id, self._snapshots))
+        crash_point(IN_RECOVERY)
         written = sink.start(int(time.time() * 1000))
         if written is not None:
             self._commit(written, head, head.batch if head else -1, int(time.time() * 1000),
@@ -446,7 +453,6 @@ class BatchHandler:
             raise
         crash_point(AFTER_OUTPUT, batch_id)
         new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
-        crash_point(AFTER_COMMIT, batch_id)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
                  ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
@@ -467,6 +473,8 @@ class BatchHandler:
         except BaseException:
             self._spec.sink.aborted()
             raise
+        if kind == "commit":
+            crash_point(AFTER_COMMIT, batch_id)
         self._spec.sink.committed(written)
         self._last_commit = time.monotonic()
         return new_head

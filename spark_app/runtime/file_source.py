@@ -120,6 +120,7 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._snapshot = Backend(**context["snapshot"])
         self._index_cache: FileIndex | None = None
         self._limits = Limits.from_options(options, context.get("limits", {}))
+        self._compact_after = int(context.get("limits", {}).get("index_compact_after") or 0)
         self._position: int | None = None
         """Where this query's next batch starts: the end of the last batch Spark planned."""
         self._plan = ReadPlan(
@@ -138,7 +139,7 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     @property
     def _index(self) -> FileIndex:
         if self._index_cache is None:
-            self._index_cache = FileIndex(self._snapshot.storage(), self._pid)
+            self._index_cache = FileIndex(self._snapshot.storage(), self._pid, self._compact_after)
         return self._index_cache
 
     def __getstate__(self) -> dict[str, Any]:

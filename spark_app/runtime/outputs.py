@@ -36,6 +36,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_app.faults import AFTER_PUBLISH, AFTER_SNAPSHOT_WRITE, crash_point
 from spark_app.runtime.output_state import OutputState
 from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead, StagedBatch
 from spark_app.storage import NotFound, Storage, join
@@ -181,7 +182,8 @@ class JsonLinesOutput(Output):
         self._head = head or OutputHead(position=0, rows=0)
         self._epoch = context.epoch
         os.makedirs(self._pending, exist_ok=True)
-        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        open(self.path, "ab").close()  # readers find the (empty) output from the first start on
+        size = os.path.getsize(self.path)
         if size > self._head.position:
             # Only a driver of the previous design, or a hand, writes past the committed head.
             verb = "overwriting" if head is None else "cutting off"
@@ -269,6 +271,7 @@ class JsonLinesOutput(Output):
 
     def committed(self, head: OutputHead) -> None:
         self._publish(head)
+        crash_point(AFTER_PUBLISH, self._batch_of(head))
         self._head = head
         if self._state is not None:
             self._state.commit()
@@ -303,6 +306,13 @@ class JsonLinesOutput(Output):
                 f"the staged copy {source} is gone; restore the output, or reset the pipeline's state"
             ) from None
 
+    @staticmethod
+    def _batch_of(head: OutputHead) -> int | None:
+        """The batch a head's staged file holds (its name says so)."""
+        if head.staged is None:
+            return None
+        return int(head.staged.key.rsplit("-b", 1)[1].split(".", 1)[0])
+
     def _remove_staged(self, keep: str | None) -> None:
         """Staged files are no longer needed once their batch is in the output (or was
         never committed)."""
@@ -326,6 +336,7 @@ class JsonLinesOutput(Output):
             return None
         key = join("outputs", self.name, "snapshots", f"{batch_id:012d}.sqlite")
         snapshots.write(key, self._state.snapshot())
+        crash_point(AFTER_SNAPSHOT_WRITE, batch_id)
         self._head = OutputHead(head.position, head.rows, OutputSnapshot(batch_id, head.position, key), head.staged)
         return self._head
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 
+from spark_app.faults import IN_INDEX_COMPACTION, crash_point
 from spark_app.storage import FileEntry, NotFound, Storage, join
 
 COMPACT_AFTER = 64
@@ -41,8 +42,9 @@ class _Vanished(Exception):
 _RELOAD_ATTEMPTS = 5
 
 class FileIndex:
-    def __init__(self, storage: Storage, persistent_id: str) -> None:
+    def __init__(self, storage: Storage, persistent_id: str, compact_after: int = 0) -> None:
         self._storage = storage
+        self._compact_after = compact_after or COMPACT_AFTER
         self._prefix = join("sources", persistent_id, "files") + "/"
         self._files: list[FileEntry] = []
         self._known: set[str] = set()
@@ -90,7 +92,7 @@ class FileIndex:
                     self._covering_base(start) is None:
                 self._extend(new)
                 self._segments += 1
-                if self._segments >= COMPACT_AFTER:
+                if self._segments >= self._compact_after:
                     self._compact()
                 return end
             self.reload()  # another writer admitted files first: take theirs, then retry
@@ -153,6 +155,7 @@ class FileIndex:
         end = len(self._files)
         body = {"start": 0, "files": [[f.path, f.size, f.mtime_ms] for f in self._files]}
         self._storage.create(join(self._prefix, f"base-{end:012d}.json"), json.dumps(body).encode())
+        crash_point(IN_INDEX_COMPACTION)
         for key in self._storage.list(self._prefix):
             match = _SEGMENT.search(key)
             if match is None:

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from spark_app.faults import IN_LOG_COMPACTION, crash_point
 from spark_app.storage import NotFound, Storage, join
 
 PREFIX = "log/"
@@ -122,6 +123,8 @@ class MetadataLog:
         """Deletes all but the newest ``keep`` entries; returns how many were deleted."""
         numbers = self.sequence_numbers()
         doomed = numbers[:-keep] if keep > 0 else numbers
-        for seq in doomed:
+        for number, seq in enumerate(doomed):
+            if number == len(doomed) // 2:
+                crash_point(IN_LOG_COMPACTION)
             self._storage.delete(entry_key(seq))
         return len(doomed)

@@ -163,7 +163,8 @@ class StateSession:
     newer driver's entry."""
 
     def __init__(self, storage: Storage, holder: Holder, epoch: int, entry: LogEntry,
-                 lease_ttl_ms: int, clock: Callable[[], float], previous_epoch: int = 0) -> None:
+                 lease_ttl_ms: int, clock: Callable[[], float], previous_epoch: int = 0,
+                 log_retained: int = 0) -> None:
         self._storage = storage
         self._log = MetadataLog(storage)
         self.holder = holder
@@ -178,6 +179,7 @@ class StateSession:
         self._lease_ttl_ms = lease_ttl_ms
         self._clock = clock
         self._appends = 0
+        self._log_retained = log_retained or LOG_RETAINED
         self._turn = threading.Lock()
 
     @classmethod
@@ -189,6 +191,7 @@ class StateSession:
         holder: Holder,
         requested_epoch: int | None = None,
         owner: str = "",
+        log_retained: int = 0,
         lease_ttl_ms: int = 30_000,
         clock: Callable[[], float] = time.time,
     ) -> StateSession:
@@ -231,7 +234,7 @@ class StateSession:
                 entry = metadata_log.append((latest.seq if latest else 0) + 1, record)
             except LogConflict:
                 continue  # someone appended meanwhile: look again, the checks may now refuse
-            session = cls(storage, holder, epoch, entry, lease_ttl_ms, clock, stored_epoch)
+            session = cls(storage, holder, epoch, entry, lease_ttl_ms, clock, stored_epoch, log_retained)
             session.renew_lease(status={"starting": True})
             if latest:
                 log.info("resuming %s at epoch %d from metadata log entry %d (%s)", storage.root_uri,
@@ -294,8 +297,8 @@ class StateSession:
                 raise self._fenced(conflict.existing) from None
             self._seq = entry.seq
             self._appends += 1
-            if self._appends % LOG_RETAINED == 0:
-                self._log.compact(LOG_RETAINED)
+            if self._appends % self._log_retained == 0:
+                self._log.compact(self._log_retained)
         return entry
 
     def _fenced(self, newer: LogEntry) -> Fenced:

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from spark_app.faults import IN_STORAGE_WRITE, crash_point
 from spark_app.storage.base import FileEntry, NotFound, StorageMisconfigured, StorageUnavailable
 
 # Errors of a network volume (NFS, CSI) that is briefly gone: wait them out.
@@ -59,6 +60,7 @@ class FilesystemStorage:
         target = self._path(key)
         try:
             temp = self._write_temp(target, data)
+            crash_point(IN_STORAGE_WRITE)
             os.replace(temp, target)
             _fsync_dir(target.parent)
         except OSError as error:
@@ -68,6 +70,7 @@ class FilesystemStorage:
         target = self._path(key)
         try:
             temp = self._write_temp(target, data)
+            crash_point(IN_STORAGE_WRITE)
             try:
                 os.link(temp, target)
             except FileExistsError:

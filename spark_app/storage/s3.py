@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spark_app.faults import IN_STORAGE_WRITE, crash_point
 from spark_app.storage.base import (
     FileEntry,
     NotFound,
@@ -120,9 +121,11 @@ class S3Storage:
         return body
 
     def write(self, key: str, data: bytes) -> None:
+        crash_point(IN_STORAGE_WRITE)
         self._call("put_object", key, Key=self._key(key), Body=data)
 
     def create(self, key: str, data: bytes) -> bool:
+        crash_point(IN_STORAGE_WRITE)
         try:
             self._call("put_object", key, Key=self._key(key), Body=data, IfNoneMatch="*")
             return True

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_app.runtime.faults import IN_ITERATION, crash_point
+from spark_app.faults import IN_ITERATION, crash_point
 from spark_app.runtime.iterate.engine import Convergence, Step, max_change, run_fixed_point
 from spark_app.runtime.iterate.policy import Change, Decision, Kind, Mode, Stored, decide
 from spark_app.runtime.iterate.store import DIFF, IterateStore, TableRef, fold, locations, log_refs, netted

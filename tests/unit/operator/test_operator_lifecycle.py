@@ -250,6 +250,36 @@ def test_exhausting_the_failure_budget_halts_until_the_user_changes_something() 
     assert retried.memory.halt is None
 
 
+def test_a_storage_outage_relaunches_with_capped_backoff_and_never_exhausts_the_budget() -> None:
+    """Exit code 5: the driver rode out the outage for its budget. Relaunched for as long as
+    it lasts, however many times, and healthy again by itself once storage is back."""
+    memory = launched(S, driver_uid="pod-1", consecutive_failures=S.restart_policy.max_failures)
+    delays = []
+    for outage in range(1, 13):
+        d = decide(S, memory, driver=ended(S, contract.EXIT_STORAGE_UNAVAILABLE, uid=f"pod-{outage}",
+                                              message="query counts kept failing for 901s"))
+        assert d.memory.phase == "Restarting" and d.memory.halt is None and reasons(d) == ["StorageUnavailable"]
+        assert d.memory.consecutive_failures == S.restart_policy.max_failures  # not counted
+        assert condition(d, "StorageUnavailable") == ("True", "DriverCouldNotReachStorage")
+        assert condition(d, "Degraded") == ("True", "StorageUnavailable")
+        delays.append(d.memory.next_launch_at - NOW)  # type: ignore[operator]
+        relaunched = decide(S, d.memory, now=NOW + delays[-1])
+        assert isinstance(relaunched.action, Launch)
+        memory = replace(relaunched.memory, driver_uid=f"pod-{outage + 1}")
+    assert delays[0] < delays[3] and max(delays) <= S.restart_policy.backoff.max_seconds
+    back = decide(S, memory, driver=driver(S, uid="pod-13", epoch=memory.epoch,
+                                           report=report(epoch=memory.epoch, state="running")))
+    assert "StorageAvailable" in reasons(back) and condition(back, "StorageUnavailable") == ("False", "Reachable")
+
+
+def test_a_state_root_taken_by_an_older_pipeline_creates_no_pod_and_names_it() -> None:
+    d = decide(S, root_taken_by="team/older")
+    assert d.action is None and d.memory.phase == "Invalid" and reasons(d) == ["StateRootConflict"]
+    assert "overlaps the state of PersistentPipeline team/older" in d.memory.message
+    assert decide(S, d.memory, root_taken_by="team/older").events == ()
+    assert isinstance(decide(S, d.memory).action, Launch)
+
+
 def test_restart_policy_never_does_not_relaunch_a_failed_driver() -> None:
     never = spec(restartPolicy={"type": "Never"})
     d = decide(never, launched(never, driver_uid="pod-1"), driver=ended(never, 1))
@@ -527,7 +557,8 @@ def test_invariants_hold_in_any_sequence_of_events(events: list[str], policy: st
         assert d.memory.consecutive_failures <= max_failures + 1
         assert len(d.memory.recent_restarts) <= 5 and len(d.memory.message) <= 1024
         assert d.memory.restarts_total >= memory.restarts_total
-        assert [c.type for c in d.memory.conditions] == ["Ready", "Progressing", "Degraded", "CheckpointHealthy"]
+        assert [c.type for c in d.memory.conditions] == ["Ready", "Progressing", "Degraded", "CheckpointHealthy",
+                                                          "StorageUnavailable"]
         failure = d.memory.last_failure
         if failure is not None and failure != memory.last_failure:
             assert failure.pod_uid not in failures_seen, "an ended driver was counted twice"

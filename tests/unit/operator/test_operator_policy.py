@@ -65,3 +65,41 @@ def test_a_starting_driver_has_no_checkpoint_health_yet() -> None:
     health = assess(s, driver(s, report=report(state="starting")), NOW, 60)
     assert (health.checkpoint_status, health.checkpoint_reason, health.degraded_reason) == (
         "Unknown", "DriverStarting", "")
+
+
+def _resource(namespace: str, name: str, created: str, raw_spec: dict) -> dict:  # type: ignore[type-arg]
+    return {"metadata": {"namespace": namespace, "name": name, "creationTimestamp": created}, "spec": raw_spec}
+
+
+def test_a_newer_pipeline_on_an_older_ones_state_root_is_refused_with_its_name() -> None:
+    from pipeline_operator.policy import root_taken_by
+    from pipeline_operator.spec import parse_spec as parse
+    from ppl_factories import S3_SPEC, raw
+
+    mine = parse(raw(S3_SPEC, persistence__s3__prefix="team/shared"), namespace="b", name="second")
+    older_same = _resource("a", "first", "2026-01-01T00:00:00Z", raw(S3_SPEC, persistence__s3__prefix="team/shared"))
+    assert root_taken_by(mine, "2026-02-01T00:00:00Z", [older_same]) == "a/first"
+    # The older one keeps it: for it, the newer one is no conflict.
+    older = parse(raw(S3_SPEC, persistence__s3__prefix="team/shared"), namespace="a", name="first")
+    newer = _resource("b", "second", "2026-02-01T00:00:00Z", raw(S3_SPEC, persistence__s3__prefix="team/shared"))
+    assert root_taken_by(older, "2026-01-01T00:00:00Z", [newer]) == ""
+    # One inside the other overlaps (a reset of the outer one would delete the inner one);
+    # a sibling prefix, another bucket or another endpoint does not.
+    inner = _resource("a", "outer", "2026-01-01T00:00:00Z", raw(S3_SPEC, persistence__s3__prefix="team"))
+    assert root_taken_by(mine, "2026-02-01T00:00:00Z", [inner]) == "a/outer"
+    for change in ({"persistence__s3__prefix": "team/shared-2"}, {"persistence__s3__bucket": "other"},
+                   {"persistence__s3__endpoint": "http://127.0.0.1:9999", "persistence__s3__prefix": "team/shared"}):
+        other = _resource("a", "first", "2026-01-01T00:00:00Z", raw(S3_SPEC, **change))
+        assert root_taken_by(mine, "2026-02-01T00:00:00Z", [other]) == ""
+
+
+def test_claims_are_per_namespace() -> None:
+    from pipeline_operator.policy import root_taken_by
+    from pipeline_operator.spec import parse_spec as parse
+    from ppl_factories import raw
+
+    mine = parse(raw(persistence__filesystem__path="shared"), namespace="b", name="second")
+    same_ns = _resource("b", "first", "2026-01-01T00:00:00Z", raw(persistence__filesystem__path="shared"))
+    other_ns = _resource("a", "first", "2026-01-01T00:00:00Z", raw(persistence__filesystem__path="shared"))
+    assert root_taken_by(mine, "2026-02-01T00:00:00Z", [same_ns]) == "b/first"
+    assert root_taken_by(mine, "2026-02-01T00:00:00Z", [other_ns]) == ""

@@ -31,6 +31,7 @@ class FakeKube:
         self.calls: list[str] = []
         self.logs = ""
         self.conflict_next_write = False
+        self.others: list[dict[str, Any]] = []
 
     def get_pipeline(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append("get_pipeline")
@@ -73,6 +74,10 @@ class FakeKube:
         self.calls.append(f"log_tail {pod}")
         return self.logs
 
+    def list_pipelines(self, namespace: str) -> list[dict[str, Any]]:
+        self.calls.append("list_pipelines")
+        return [copy.deepcopy(self.resource), *copy.deepcopy(self.others)]
+
     def missing(self, namespace: str, needed: Iterable[Prerequisite]) -> tuple[str, ...]:
         return tuple(f"{p.field}: {p.kind} {namespace}/{p.name} does not exist"
                      for p in needed if p.name not in self.existing)
@@ -95,8 +100,8 @@ def reconciler(kube: FakeKube, metrics: Metrics) -> Reconciler:
 def test_a_new_pipeline_records_its_epoch_before_creating_the_service_and_pod(metrics: Metrics) -> None:
     kube = FakeKube(raw())
     outcome = reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
-    assert kube.calls == ["get_pipeline", "get_pod wc-driver", "replace_status", "ensure_service wc-driver",
-                          "create_pod wc-driver"]
+    assert kube.calls == ["get_pipeline", "get_pod wc-driver", "list_pipelines", "replace_status",
+                          "ensure_service wc-driver", "create_pod wc-driver"]
     assert kube.resource is not None and kube.resource["status"]["driver"]["epoch"] == 1
     assert kube.resource["status"]["phase"] == "Starting"
     assert [e.reason for e in outcome.events] == ["Created"] and outcome.resource is not None
@@ -119,6 +124,17 @@ def test_nothing_is_written_when_nothing_changed(metrics: Metrics) -> None:
     kube.calls.clear()
     reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
     assert "replace_status" not in kube.calls
+
+
+def test_a_second_pipeline_on_the_same_state_creates_no_pod(metrics: Metrics) -> None:
+    kube = FakeKube(raw())
+    kube.resource["metadata"]["creationTimestamp"] = "2027-01-15T09:00:00Z"  # type: ignore[index]
+    kube.others = [{"metadata": {"namespace": NAMESPACE, "name": "first", "uid": "uid-first",
+                                 "creationTimestamp": "2027-01-15T08:00:00Z"},
+                   "spec": raw(persistence__filesystem__path=f"{NAMESPACE}/{NAME}")}]
+    outcome = reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
+    assert kube.pods == {} and [e.reason for e in outcome.events] == ["StateRootConflict"]
+    assert kube.resource is not None and kube.resource["status"]["phase"] == "Invalid"
 
 
 def test_a_missing_claim_creates_no_pod(metrics: Metrics) -> None:

@@ -1,0 +1,66 @@
+"""Deterministic crash points for the recovery tests.
+
+``SPARK_APP_FAULT=<point>:<n>`` kills the driver (its whole process group, JVM included,
+as a lost node would) when it reaches ``point``: for a point of a batch, in batch ``n``;
+for the others, the ``n``-th time this process reaches it. Random kills rarely land in
+the narrow windows that matter most, such as between spark_app's commit and Spark's own
+commit-log entry, or inside a compaction; these points make those windows testable.
+
+This module imports nothing of spark_app, so every layer (storage included) may use it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+FAULT = "SPARK_APP_FAULT"
+
+# Points of a batch (n is the batch id).
+AFTER_OUTPUT = "after-output"
+"""The batch's output is staged but not committed."""
+AFTER_COMMIT = "after-commit"
+"""The batch is committed in the metadata log, but not yet copied into its output, nor
+recorded by Spark."""
+AFTER_PUBLISH = "after-publish"
+"""The batch is committed and copied into its output; Spark has not recorded it."""
+AFTER_SNAPSHOT_WRITE = "after-snapshot-write"
+"""A new snapshot of an output's state is stored but not committed."""
+AFTER_SNAPSHOT_COMMIT = "after-snapshot-commit"
+"""A new output snapshot is committed; the previous one is not deleted yet."""
+IN_ITERATION = "in-iteration"
+"""An iterate operator has finished an iteration of the batch's fixed point, not the last."""
+
+# Points counted by occurrence (n: the n-th time).
+IN_STORAGE_WRITE = "in-storage-write"
+"""Inside a write or put-if-absent of the storage layer: the bytes are durable in a
+temporary file (filesystem) or about to be sent (S3), the key is not written."""
+IN_LOG_COMPACTION = "in-log-compaction"
+"""Halfway through deleting the metadata log's old entries."""
+IN_INDEX_COMPACTION = "in-index-compaction"
+"""A file index's new base is stored; the segments it replaces are not deleted yet."""
+IN_RECOVERY = "in-recovery"
+"""A query's outputs are aligned with the last commit (redo and cut-off done); the query
+has not started."""
+
+BATCH_POINTS = (AFTER_OUTPUT, AFTER_COMMIT, AFTER_PUBLISH, AFTER_SNAPSHOT_WRITE, AFTER_SNAPSHOT_COMMIT,
+                IN_ITERATION)
+COUNTED_POINTS = (IN_STORAGE_WRITE, IN_LOG_COMPACTION, IN_INDEX_COMPACTION, IN_RECOVERY)
+
+_reached: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def crash_point(point: str, batch_id: int | None = None) -> None:
+    """Kills the process group here if ``SPARK_APP_FAULT`` names this point (and batch)."""
+    wanted = os.environ.get(FAULT)
+    if not wanted or not wanted.startswith(point + ":"):
+        return
+    if batch_id is None:
+        with _lock:
+            _reached[point] = count = _reached.get(point, 0) + 1
+    else:
+        count = batch_id
+    if wanted == f"{point}:{count}":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
