@@ -87,6 +87,9 @@ def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> Injec
         s3_path_style=s3.path_style if s3 else False,
         spark_conf=spark_conf(spec, epoch),
         dead_letter_uri=spec.application.dead_letter_uri,
+        outage_budget_seconds=spec.persistence.outage_budget_seconds,
+        max_files_per_trigger=spec.application.max_files_per_trigger,
+        max_bytes_per_trigger=spec.application.max_bytes_per_trigger,
     )
 
 

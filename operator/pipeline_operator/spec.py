@@ -31,6 +31,7 @@ RESERVED_ENV = frozenset(contract.ALL) | {POD_IP_ENV}
 CREDENTIAL_ENV = frozenset({contract.AWS_ACCESS_KEY_ID, contract.AWS_SECRET_ACCESS_KEY, contract.AWS_SESSION_TOKEN})
 _SECRET_LOOKING_CONF = re.compile(r"(secret|password|session\.token|access\.key|credential)", re.IGNORECASE)
 _NONCE = re.compile(r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|)$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ class Application:
     args: tuple[str, ...] = ()
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     dead_letter_uri: str | None = None
+    max_files_per_trigger: int | None = None
+    """The default bound of a file source's batch in files (None: the runtime's)."""
+    max_bytes_per_trigger: int | None = None
+    """The default bound of a file source's batch in bytes (None: the runtime's)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,8 @@ class Persistence:
     backend: FilesystemBackend | S3Backend
     snapshot_interval_seconds: int = 10
     degraded_after_seconds: int = 10 * DEGRADED_WINDOW_INTERVALS
+    outage_budget_seconds: int = 900
+    """How long a driver rides out unreachable storage before it exits (exit code 5)."""
     on_delete: str = "Retain"
     """Retain keeps the stored state when the resource is deleted; Delete removes it."""
     reset_nonce: str = ""
@@ -346,8 +353,24 @@ def _application(r: _Reader) -> Application:
         elif _SECRET_LOOKING_CONF.search(key):
             r.problem(f"sparkConf.{key}", "looks like a credential: put credentials in a Secret "
                                           "(spec.persistence.s3.credentialsSecret or an env secretKeyRef)")
+    limits = r.section("sourceDefaults")
     return Application(file=file, module=module, args=r.strings("args"), spark_conf=conf,
-                       dead_letter_uri=r.optional_string("deadLetterUri"))
+                       dead_letter_uri=r.optional_string("deadLetterUri"),
+                       max_files_per_trigger=limits.number("maxFilesPerTrigger", 1, minimum=1)
+                       if limits.has("maxFilesPerTrigger") else None,
+                       max_bytes_per_trigger=_bytes(limits, "maxBytesPerTrigger"))
+
+
+def _bytes(r: _Reader, key: str) -> int | None:
+    """A byte count given as a number or a quantity (Ki, Mi, Gi)."""
+    value = r.raw.get(key)
+    if value is None:
+        return None
+    match = _QUANTITY.match(str(value))
+    if isinstance(value, bool) or not match or int(match.group(1)) < 1:
+        r.problem(key, f"must be a positive number of bytes or a quantity such as 128Mi (got {value!r})")
+        return None
+    return int(match.group(1)) * {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}[match.group(2)]
 
 
 def _driver(r: _Reader) -> Driver:
@@ -439,6 +462,7 @@ def _persistence(r: _Reader, namespace: str, name: str) -> Persistence | None:
             ) if s3.has("credentialsSecret") else None,
         )
     interval = r.number("snapshotIntervalSeconds", 10, minimum=1)
+    outage_budget = r.number("outageBudgetSeconds", 900, minimum=10)
     window = r.number("degradedAfterSeconds", interval * DEGRADED_WINDOW_INTERVALS, minimum=1)
     if window < MIN_DEGRADED_WINDOW_INTERVALS * interval:
         # Unlike FLINK-34131, where a window shorter than the interval flapped forever.
@@ -450,6 +474,7 @@ def _persistence(r: _Reader, namespace: str, name: str) -> Persistence | None:
         backend=backend,
         snapshot_interval_seconds=interval,
         degraded_after_seconds=window,
+        outage_budget_seconds=outage_budget,
         on_delete=r.choice("onDelete", ("Retain", "Delete"), "Retain"),
         reset_nonce=r.nonce("resetNonce"),
     )

@@ -62,6 +62,35 @@ class Driver:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
 
+    def freeze(self) -> None:
+        """SIGSTOP to the whole driver (Python, its JVM, Spark's Python workers): a long GC
+        pause, or a node cut off from the others."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGCONT)
+
+    def rss_bytes(self) -> int:
+        """The resident memory of every process of the driver (its process group) together."""
+        assert self.process is not None
+        total = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.process.pid:  # field 5: the process group
+                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: rss in pages
+        return total
+
+    def count_in_output(self, text: str) -> int:
+        return self.output().count(text)
+
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
@@ -92,9 +121,13 @@ def write_csv(folder: Path, name: str, header: str, rows: list[str]) -> None:
 
 
 def read_changelog(path: Path) -> list[dict[str, Any]]:
+    """The lines of an output; a NUL byte (a hole left by a write past the end) fails."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    data = path.read_bytes()
+    hole = data.find(b"\0")
+    assert hole < 0, f"{path} holds a NUL byte at {hole}: a write landed past its end"
+    return [json.loads(line) for line in data.decode().splitlines() if line]
 
 
 def fold(changelog: list[dict[str, Any]], key: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:

@@ -136,3 +136,25 @@ def test_the_pod_hash_changes_with_what_shapes_the_pod(changes: dict[str, object
 ])
 def test_the_pod_hash_ignores_what_does_not(changes: dict[str, object]) -> None:
     assert spec(**changes).pod_hash() == spec().pod_hash()
+
+
+def test_source_bounds_and_the_outage_budget_reach_the_driver() -> None:
+    from pipeline_operator.builders import injected_config
+    from ppl_factories import spec as make
+
+    s = make(application={"file": "p.py", "sourceDefaults": {"maxFilesPerTrigger": 50, "maxBytesPerTrigger": "64Mi"}},
+             persistence={"filesystem": {"claimName": "state"}, "outageBudgetSeconds": 120})
+    env = injected_config(s, epoch=1, state_root="pvc://state/team/wc").to_env()
+    assert (env["SPARK_APP_MAX_FILES_PER_TRIGGER"], env["SPARK_APP_MAX_BYTES_PER_TRIGGER"]) == ("50", str(64 << 20))
+    assert env["SPARK_APP_OUTAGE_BUDGET_SECONDS"] == "120"
+    plain = injected_config(make(), epoch=1, state_root="pvc://state/team/wc").to_env()
+    assert "SPARK_APP_MAX_FILES_PER_TRIGGER" not in plain and plain["SPARK_APP_OUTAGE_BUDGET_SECONDS"] == "900"
+
+
+def test_a_byte_bound_that_is_not_a_quantity_is_refused_with_its_field() -> None:
+    from pipeline_operator.errors import InvalidSpec
+    from pipeline_operator.spec import parse_spec
+
+    with pytest.raises(InvalidSpec, match=r"spec.application.sourceDefaults.maxBytesPerTrigger: must be a positive"):
+        parse_spec({"application": {"file": "p.py", "sourceDefaults": {"maxBytesPerTrigger": "lots"}},
+                    "persistence": {"filesystem": {"claimName": "state"}}}, namespace="n", name="p")

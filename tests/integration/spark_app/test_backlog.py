@@ -1,0 +1,73 @@
+"""A backlog drains in bounded batches, with the driver's memory bounded.
+
+After an outage the input waiting can be many times what one batch should hold. Each
+batch takes at most max_files/max_bytes per trigger, so the backlog drains in several
+batches; the outputs stream each batch to storage instead of holding it in the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from tests.integration.spark_app.conftest import Workspace
+from tests.integration.spark_app.harness import fold, read_changelog
+
+pytestmark = pytest.mark.spark
+
+LIMIT = 1 << 20  # bytes per trigger
+FILES = 84
+ROWS_PER_FILE = 25_000  # about 260 KiB each: four files a batch, a backlog of 21 x the limit
+
+
+def write_backlog(folder) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    folder.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, int] = {}
+    for f in range(FILES):
+        lines = ["word,n"]
+        for i in range(ROWS_PER_FILE):
+            word = f"w{(f * 31 + i) % 997}"
+            counts[word] = counts.get(word, 0) + 1
+            lines.append(f"{word},{i}")
+        (folder / f".part-{f:03d}.csv").write_text("\n".join(lines) + "\n")
+        os.rename(folder / f".part-{f:03d}.csv", folder / f"part-{f:03d}.csv")
+    return counts
+
+
+def test_a_backlog_of_twenty_batches_drains_in_bounded_batches(fs_workspace: Workspace) -> None:
+    counts = write_backlog(fs_workspace.inputs)
+    backlog = sum(p.stat().st_size for p in fs_workspace.inputs.iterdir())
+    assert backlog >= 20 * LIMIT
+    driver = fs_workspace.driver(
+        "--stop-when-idle", "--max-bytes-per-trigger", str(LIMIT),
+        env={"SPARK_APP_SPARK_CONF": json.dumps({"spark.ui.enabled": "false", "spark.master": "local[2]",
+                                                 "spark.driver.memory": "1g"})},
+    ).start()
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, driver.rss_bytes())
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        assert driver.wait(600) == 0, driver.output()[-3000:]
+    finally:
+        done.set()
+        sampler.join()
+    batches = driver.count_in_output("query counts_jsonlines: committed batch")
+    print(f"backlog {backlog / 2**20:.1f} MiB in {batches} batches; peak RSS of the driver's processes "
+          f"{peak / 2**20:.0f} MiB")
+    assert batches >= 20
+    table = fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",))
+    assert {k[0]: v["count"] for k, v in table.items()} == counts
+    # A 1 GiB driver heap, Spark's Python workers and the driver's Python: well under 2 GiB.
+    assert peak < 2 * 2**30

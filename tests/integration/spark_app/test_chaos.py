@@ -1,0 +1,174 @@
+"""Chaos that proves the guarantees, on both storage backends. Each family's output is
+folded and compared exactly with a plain computation over all input (a duplicated row,
+a lost one or a NUL byte fails), and a driver started afterwards resumes cleanly.
+
+* Kill points: a driver killed with SIGKILL at a point of spark_app.faults (inside a
+  storage write, around a batch's commit and its copy into the output, around an
+  output snapshot, inside the metadata log's and the file index's compaction, in
+  recovery), then a new driver finishes the work.
+* A frozen stale driver: SIGSTOP while a newer epoch takes over and commits enough
+  batches for the metadata log and the file index to be compacted (which reopens the
+  slots right after the frozen driver's view), then SIGCONT with a new file to read:
+  it must stop (Fenced) and leave nothing that survives.
+
+``make test`` runs one round of each family (a few kill points, and the frozen driver
+with small compaction thresholds); ``make test-chaos`` runs CHAOS_ROUNDS (25) of each,
+the frozen driver with the default thresholds (well over a hundred batches).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from spark_app import contract
+from spark_app.faults import (
+    AFTER_COMMIT,
+    AFTER_OUTPUT,
+    AFTER_PUBLISH,
+    AFTER_SNAPSHOT_COMMIT,
+    AFTER_SNAPSHOT_WRITE,
+    IN_INDEX_COMPACTION,
+    IN_LOG_COMPACTION,
+    IN_RECOVERY,
+    IN_STORAGE_WRITE,
+)
+from spark_app.persistence import Backend
+from spark_app.state.log import MetadataLog
+from tests.integration.spark_app.conftest import Workspace
+from tests.integration.spark_app.harness import fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.test_resume import expected_counts, expected_even, rows
+
+pytestmark = pytest.mark.spark
+
+CHAOS = "CHAOS_ROUNDS" in os.environ
+ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
+# Small thresholds, so that compaction happens within a few batches.
+SMALL = ("--log-retained", "4", "--index-compact-after", "2", "--snapshot-interval-ms", "1")
+
+# (point, n): the batch, or the n-th time the point is reached in the killed driver.
+KILL_POINTS = [
+    (IN_STORAGE_WRITE, 6), (AFTER_OUTPUT, 2), (AFTER_COMMIT, 2), (AFTER_PUBLISH, 2),
+    (AFTER_SNAPSHOT_WRITE, 2), (AFTER_SNAPSHOT_COMMIT, 2), (IN_LOG_COMPACTION, 1), (IN_INDEX_COMPACTION, 1),
+    (IN_RECOVERY, 1),
+]
+BACKENDS = ["filesystem", "s3"]
+# make test: a sample; make test-chaos: CHAOS_ROUNDS rounds walking through every point on both backends.
+CASES = ([(r, KILL_POINTS[r % len(KILL_POINTS)], BACKENDS[(r // len(KILL_POINTS)) % 2]) for r in range(ROUNDS * 2)]
+         if CHAOS else [(0, (AFTER_COMMIT, 2), "filesystem"), (1, (IN_INDEX_COMPACTION, 1), "s3"),
+                        (2, (IN_STORAGE_WRITE, 6), "filesystem")])
+
+
+def exact(workspace: Workspace, files: int) -> None:
+    assert fold(read_changelog(workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(files))
+    assert multiset(read_changelog(workspace.out / "even.jsonlines")) == expected_even(range(files))
+
+
+def feed(workspace: Workspace, files: range, pace: float = 0.3) -> threading.Thread:
+    def run() -> None:
+        for f in files:
+            write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+            time.sleep(pace)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def chaos_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # type: ignore[no-untyped-def]
+    backend = request.node.callspec.params["case"][2]
+    if backend == "filesystem":
+        workspace = Workspace(tmp_path, str(tmp_path / "state"))
+    else:
+        server = request.getfixturevalue("s3_server")
+        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
+    request.addfinalizer(workspace.kill_all)
+    return workspace
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{p}:{n}-{b}-{r}" for r, (p, n), b in CASES])
+def test_a_driver_killed_at_a_fault_point_loses_and_repeats_nothing(
+        chaos_workspace: Workspace, case: tuple[int, tuple[str, int], str]) -> None:
+    workspace = chaos_workspace
+    round_, (point, n), _ = case
+    n += round_ // (2 * len(KILL_POINTS))  # later rounds hit the point later
+    for f in range(2):
+        write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+    first = workspace.driver(*SMALL, "--stop-when-idle", env={"SPARK_APP_EPOCH": "1"}).start()
+    assert first.wait() == 0, first.output()[-3000:]
+
+    feeder = feed(workspace, range(2, 8))
+    killed = workspace.driver(*SMALL, "--stop-when-idle",
+                              env={"SPARK_APP_EPOCH": "2", "SPARK_APP_FAULT": f"{point}:{n}"}).start()
+    assert killed.wait() == -9, f"the driver never reached {point}:{n}\n" + killed.output()[-3000:]
+    feeder.join()
+    resumed = workspace.driver(*SMALL, "--stop-when-idle", env={"SPARK_APP_EPOCH": "3"}).start()
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    exact(workspace, 8)
+    assert "resuming" in resumed.output()
+
+
+FROZEN_CASES = [(r, BACKENDS[r % 2]) for r in range(ROUNDS * 2)] if CHAOS else [(0, "filesystem"), (1, "s3")]
+
+
+@pytest.fixture
+def frozen_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # type: ignore[no-untyped-def]
+    if request.node.callspec.params["case"][1] == "filesystem":
+        workspace = Workspace(tmp_path, str(tmp_path / "state"))
+    else:
+        server = request.getfixturevalue("s3_server")
+        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
+    request.addfinalizer(workspace.kill_all)
+    return workspace
+
+
+@pytest.mark.parametrize("case", FROZEN_CASES, ids=[f"{b}-{r}" for r, b in FROZEN_CASES])
+def test_a_frozen_stale_driver_thawed_after_compaction_writes_nothing_that_survives(
+        frozen_workspace: Workspace, case: tuple[int, str]) -> None:
+    workspace = frozen_workspace
+    # Defaults in make test-chaos (a log of 100, an index compacted every 64 admissions);
+    # small ones in make test, with as many batches again as compaction needs.
+    knobs: tuple[str, ...] = ("--trigger-interval-ms", "100") if CHAOS else (
+        "--log-retained", "10", "--index-compact-after", "4", "--trigger-interval-ms", "100")
+    newer_batches = 75 if CHAOS else 14
+    write_csv(workspace.inputs, "part-000.csv", "word,n", rows(0))
+    stale = workspace.driver(*knobs, env={"SPARK_APP_EPOCH": "1"}).start()
+    stale.wait_for_log("committed batch")
+    stale.freeze()
+    state = Backend.from_uri(workspace.state, endpoint_url=workspace.endpoint_url).storage()
+    seen_by_stale = max(MetadataLog(state).sequence_numbers())
+    try:
+        newer = workspace.driver(*knobs, env={"SPARK_APP_EPOCH": "2"}).start()
+        newer.wait_for_log("pipeline running at epoch 2")
+        for f in range(1, newer_batches + 1):  # one file a batch: one admission each, two commits each
+            write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+            newer.wait_for_log(f"words: {f + 1} files", timeout=120)
+        # Compaction has deleted the slot right after the stale driver's view, and merged the
+        # index segments it knew into a base.
+        assert min(MetadataLog(state).sequence_numbers()) > seen_by_stale + 1
+        assert any("/base-" in key for key in state.list("sources/words/files/"))
+        last = newer_batches + 1
+        write_csv(workspace.inputs, f"part-{last:03d}.csv", "word,n", rows(last))  # a batch for the stale one
+    finally:
+        stale.thaw()
+    assert stale.wait(180) == contract.EXIT_FENCED, stale.output()[-3000:]
+    newer.wait_for_log(f"words: {last + 1} files", timeout=120)
+    newer.terminate()
+    assert newer.wait() == 0, newer.output()[-3000:]
+    exact(workspace, last + 1)
+    third = workspace.driver(*knobs, "--stop-when-idle", env={"SPARK_APP_EPOCH": "3"}).start()
+    assert third.wait() == 0, third.output()[-3000:]
+    exact(workspace, last + 1)
+    assert not list((workspace.out / ".counts.jsonlines.pending").iterdir())  # the stale stage is gone too
+
+
+def test_kill_points_cover_every_point() -> None:
+    """Not Spark: keeps KILL_POINTS in step with spark_app.faults."""
+    from spark_app import faults
+
+    # The iterate's point has its own test (test_crash.py).
+    assert {p for p, _ in KILL_POINTS} == set(faults.BATCH_POINTS + faults.COUNTED_POINTS) - {faults.IN_ITERATION}
