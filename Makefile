@@ -191,8 +191,9 @@ test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
 	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
 
 .PHONY: test-chaos
-test-chaos: setup ## kill -9 the driver at random moments, CHAOS_ROUNDS times (default 25); the output must stay exact.
-	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(PYTEST) tests/integration/spark_app/test_crash.py -q $(PYTEST_ARGS)
+test-chaos: setup ## Every chaos family on both backends, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a frozen stale driver, storage outages; outputs exact.
+	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(PYTEST) tests/integration/spark_app/test_crash.py \
+	  tests/integration/spark_app/test_chaos.py -q -n 2 --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv ## ruff and the import-layering contracts of pyproject.toml.
@@ -209,3 +210,7 @@ bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, 
 .PHONY: bench-iterate
 bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% inserts, 0.1% deletes.
 	$(PY) bench/iterate/run.py $(BENCH_ARGS)
+
+.PHONY: bench-iterate-storage
+bench-iterate-storage: setup ## What an iterate stores over 200 small batches (bounded by its state, not its history).
+	$(PY) bench/iterate/storage.py $(BENCH_ARGS)

@@ -33,7 +33,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
-from spark_app.faults import AFTER_COMMIT, AFTER_OUTPUT, AFTER_SNAPSHOT_COMMIT, IN_RECOVERY, crash_point
+from spark_app.faults import (
+    AFTER_COMMIT,
+    AFTER_OUTPUT,
+    AFTER_SNAPSHOT_COMMIT,
+    AFTER_SNAPSHOT_WRITE,
+    IN_RECOVERY,
+    crash_point,
+)
 from spark_app.persistence import Backend, Config
 from spark_app.runtime.file_source import SourceOrderChanged, count_dead_letters
 from spark_app.runtime.outputs import Batch, OutputContext, OutputDamaged, Written
@@ -408,7 +415,7 @@ class BatchHandler:
         head = self._driver.session.heads.get(self._name)
         sink = self._spec.sink
         session = self._driver.session
-        sink.recover(head, OutputContext(session.epoch, session.state_id, self._snapshots))
+        sink.recover(head, OutputContext(session.epoch, session.state_id, self._snapshots, session.check_not_fenced))
         crash_point(IN_RECOVERY)
         written = sink.start(int(time.time() * 1000))
         if written is not None:
@@ -493,6 +500,7 @@ class BatchHandler:
                     outputs[output.name] = stored
         if not snapshotted:
             return
+        crash_point(AFTER_SNAPSHOT_WRITE, head.batch)
         self._driver.commit(self._name, replace(head, outputs=outputs), kind="snapshot")
         crash_point(AFTER_SNAPSHOT_COMMIT, head.batch)
         for output, previous in snapshotted:  # only now is the previous snapshot no longer the one to load

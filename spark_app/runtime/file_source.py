@@ -5,9 +5,10 @@ files to the durable ``FileIndex``; offsets are ``{"source": persistent_id, "fil
 and Spark keeps them in its offset log. A batch is bounded (``Limits``: files and bytes
 per trigger), so a backlog after an outage drains in several batches instead of one that
 does not fit in memory and, its offsets being logged, fails again at every restart.
-The reader learns where its query stands from Spark itself: ``initialOffset`` for a new
-query, and an empty ``partitions(end, end)`` call with the last logged offset on a
-restart (Spark's AcceptsLatestSeenOffset).
+The reader learns where its query stands from Spark itself: on a restart, Spark hands it
+the last logged offset before anything else (an empty ``partitions(end, end)`` call, its
+AcceptsLatestSeenOffset); a reader that was not told is a new query's, which starts at
+the first file (Spark asks for ``initialOffset`` only after the first ``latestOffset``).
 
 Reading runs in Spark tasks: each task parses its files with ``parsing``, a block of
 lines at a time (a file is never held whole), and writes what it sets aside to the
@@ -153,9 +154,8 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def latestOffset(self) -> dict[str, Any]:
         admitted = self._index.admit(self._plan.input.list())
-        if self._position is None:  # Spark always says where the query stands first
-            return {"source": self._pid, "files": admitted}
-        end = self._index.bounded_end(self._position, admitted, self._limits.max_files_per_trigger,
+        start = 0 if self._position is None else self._position
+        end = self._index.bounded_end(start, admitted, self._limits.max_files_per_trigger,
                                       self._limits.max_bytes_per_trigger)
         return {"source": self._pid, "files": end}
 

@@ -14,6 +14,14 @@ the copy leaves the staged file named in the head, and the next driver finishes 
 copy. The copy writes the same bytes at the same offset whoever does it, and never cuts
 the output short.
 
+Every change to the output file (the copy, and recovery's cut-off of bytes no commit
+names) is made holding an exclusive lock on it (``flock``, which NFS implements too) and
+after checking, under that lock, that no newer driver has started: a superseded driver
+thawed in the middle of its own start-up finds the newer epoch and changes nothing, and
+one that checked before it was frozen changes the file before the newer driver first
+does. (A driver frozen while it holds the lock delays the newer one's copies, never its
+commits; the lock goes with the process.)
+
 Rows are encoded in Spark's tasks and reach the driver a partition at a time, so a
 large batch is never held whole in the driver's memory.
 """
@@ -21,14 +29,16 @@ large batch is never held whole in the driver's memory.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import decimal
+import fcntl
 import functools
 import json
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +46,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_app.faults import AFTER_PUBLISH, AFTER_SNAPSHOT_WRITE, crash_point
+from spark_app.faults import AFTER_PUBLISH, crash_point
 from spark_app.runtime.output_state import OutputState
 from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead, StagedBatch
 from spark_app.storage import NotFound, Storage, join
@@ -76,6 +86,9 @@ class OutputContext:
     state_id: str
     """The stored state's identity (stable across drivers)."""
     snapshots: Storage
+    fence: Callable[[], None] = lambda: None
+    """Raises ``Fenced`` if a newer driver has started: checked before changing a file
+    that a newer driver may already own."""
 
 
 class OutputDamaged(Exception):
@@ -177,26 +190,29 @@ class JsonLinesOutput(Output):
         self._state = OutputState(self.key) if self.key is not None else None
         self._head = OutputHead(position=0, rows=0)
         self._epoch = 0
+        self._fence: Callable[[], None] = lambda: None
 
     def recover(self, head: OutputHead | None, context: OutputContext) -> None:
         self._head = head or OutputHead(position=0, rows=0)
-        self._epoch = context.epoch
+        self._epoch, self._fence = context.epoch, context.fence
         os.makedirs(self._pending, exist_ok=True)
-        open(self.path, "ab").close()  # readers find the (empty) output from the first start on
-        size = os.path.getsize(self.path)
-        if size > self._head.position:
-            # Only a driver of the previous design, or a hand, writes past the committed head.
-            verb = "overwriting" if head is None else "cutting off"
-            log.info("output %s: %s %d bytes written after the last commit", self.path, verb,
-                     size - self._head.position)
-            with open(self.path, "ab") as handle:
-                handle.truncate(self._head.position)
-                os.fsync(handle.fileno())
-        elif size < self._head.position:
-            log.info("output %s: copying in batch's staged bytes %d to %d, committed by the last driver",
-                     self.path, size, self._head.position)
-            self._publish(self._head)
-        self._remove_staged(keep=None)
+        with self._exclusive():
+            open(self.path, "ab").close()  # readers find the (empty) output from the first start on
+            size = os.path.getsize(self.path)
+            if size > self._head.position:
+                # Nothing but a hand (or an older spark_app, which wrote before it committed)
+                # writes past the committed head: a newer driver was ruled out under the lock.
+                verb = "overwriting" if head is None else "cutting off"
+                log.info("output %s: %s %d bytes written after the last commit", self.path, verb,
+                         size - self._head.position)
+                with open(self.path, "ab") as handle:
+                    handle.truncate(self._head.position)
+                    os.fsync(handle.fileno())
+            elif size < self._head.position:
+                log.info("output %s: copying in bytes %d to %d of the last batch, committed by the last driver",
+                         self.path, size, self._head.position)
+                self._copy_staged(self._head)
+            self._remove_staged(keep=None)
         if self._state is not None:
             self._rebuild_state(context.snapshots)
 
@@ -270,14 +286,26 @@ class JsonLinesOutput(Output):
         return "".join(lines).encode(), len(lines)
 
     def committed(self, head: OutputHead) -> None:
-        self._publish(head)
+        with self._exclusive():
+            self._copy_staged(head)
         crash_point(AFTER_PUBLISH, self._batch_of(head))
         self._head = head
         if self._state is not None:
             self._state.commit()
         self._remove_staged(keep=None)
 
-    def _publish(self, head: OutputHead) -> None:
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Holds the output's lock, and checks under it that this driver is still the newest."""
+        with open(os.path.join(self._pending, "lock"), "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                self._fence()
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _copy_staged(self, head: OutputHead) -> None:
         """Copies the committed batch's staged bytes into the output, at their offset. Safe
         to repeat, and by any driver: the bytes and the offset are the commit's."""
         staged = head.staged
@@ -321,7 +349,7 @@ class JsonLinesOutput(Output):
         except FileNotFoundError:
             return
         for name in names:
-            if name != keep:
+            if name not in (keep, "lock"):
                 try:
                     os.unlink(os.path.join(self._pending, name))
                 except FileNotFoundError:
@@ -336,7 +364,6 @@ class JsonLinesOutput(Output):
             return None
         key = join("outputs", self.name, "snapshots", f"{batch_id:012d}.sqlite")
         snapshots.write(key, self._state.snapshot())
-        crash_point(AFTER_SNAPSHOT_WRITE, batch_id)
         self._head = OutputHead(head.position, head.rows, OutputSnapshot(batch_id, head.position, key), head.staged)
         return self._head
 

@@ -75,8 +75,14 @@ def s3a_conf(backend: Backend) -> dict[str, str]:
         "spark.hadoop.fs.s3a.aws.credentials.provider":
             "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider",
         "spark.hadoop.fs.s3a.path.style.access": "true" if backend.path_style else "false",
-        "spark.hadoop.fs.s3a.retry.limit": "10",
-        "spark.hadoop.fs.s3a.attempts.maximum": "5",
+        # S3A rides out a short blip (about 15 s of retries of a failed connection); a longer
+        # outage fails the query, which the driver restarts for its outage budget, and then
+        # the operator relaunches the driver until storage is back (README: reliability).
+        "spark.hadoop.fs.s3a.retry.limit": "5",
+        "spark.hadoop.fs.s3a.retry.interval": "500ms",
+        "spark.hadoop.fs.s3a.attempts.maximum": "3",
+        "spark.hadoop.fs.s3a.connection.establish.timeout": "5s",
+        "spark.hadoop.fs.s3a.connection.timeout": "60s",
         "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
     }
     if backend.endpoint_url:

@@ -113,3 +113,55 @@ def test_restarting_the_operator_in_the_middle_of_a_relaunch_creates_no_second_d
     status = ns.status("wordcount")
     assert status["restarts"]["total"] == 1 and status["restarts"]["consecutiveFailures"] == 1
     assert ns.event_reasons("wordcount").count("DriverLost") == 1
+
+
+def test_a_storage_outage_longer_than_the_drivers_budget_heals_by_itself(
+        ns: Namespace, operator: Operator, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The S3 server goes away (a proxy in front of it is stopped) for longer than the
+    driver's outage budget: each driver gives up with exit code 5, the operator relaunches
+    with backoff without counting a failure (maxFailures is 1 here), shows the outage in a
+    condition and Events, and once the server is back the pipeline resumes exactly."""
+    import boto3
+    from kubernetes import client
+
+    from tests.support.outage import Outage
+
+    s3 = boto3.client("s3", endpoint_url=ns.cluster.s3_endpoint, region_name="us-east-1",
+                      aws_access_key_id="localcluster", aws_secret_access_key="localcluster-secret")
+    bucket = f"outage-{ns.name[-5:]}"
+    s3.create_bucket(Bucket=bucket)
+    ns.core.create_namespaced_secret(ns.name, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s3-creds"),
+        string_data={"AWS_ACCESS_KEY_ID": "localcluster", "AWS_SECRET_ACCESS_KEY": "localcluster-secret"}))
+    outage = Outage(ns.cluster.s3_endpoint, tmp_path / "outage.log")
+    outage.start()
+    try:
+        data = ns.folder("data")
+        write_words(data, "a.csv", INPUTS["a.csv"])
+        manifest = wordcount(restartPolicy={"maxFailures": 1, "backoff": {"initialSeconds": 2, "maxSeconds": 10}})
+        manifest["spec"]["persistence"] = {
+            "snapshotIntervalSeconds": 5, "outageBudgetSeconds": 15,
+            "s3": {"bucket": bucket, "endpoint": outage.url, "region": "us-east-1",
+                   "credentialsSecret": {"name": "s3-creds"}}}
+        ns.apply(manifest)
+        eventually("a.csv counted", lambda: replay(data / "result.jsonlines") == expected("a.csv"), timeout=180)
+
+        outage.stop()
+        write_words(data, "b.csv", INPUTS["b.csv"])
+        eventually("two drivers given up on the storage",
+                   lambda: ns.event_reasons("wordcount").count("StorageUnavailable") >= 2, timeout=480)
+        status = ns.status("wordcount")
+        assert status["phase"] in ("Restarting", "Starting") and "halt" not in status
+        assert {c["type"]: c["status"] for c in status["conditions"]}["StorageUnavailable"] == "True"
+        assert status["restarts"]["consecutiveFailures"] == 0
+
+        outage.start()
+        eventually("b.csv counted once storage is back",
+                   lambda: replay(data / "result.jsonlines") == expected("a.csv", "b.csv"), timeout=300)
+        write_words(data, "c.csv", INPUTS["c.csv"])
+        eventually("c.csv counted", lambda: replay(data / "result.jsonlines") == expected("a.csv", "b.csv", "c.csv"))
+        eventually("the storage announced back", lambda: "StorageAvailable" in ns.event_reasons("wordcount"), 60)
+        conditions = {c["type"]: c["status"] for c in ns.status("wordcount")["conditions"]}
+        assert conditions["StorageUnavailable"] == "False" and conditions["Ready"] == "True"
+    finally:
+        outage.stop()

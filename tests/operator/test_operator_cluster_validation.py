@@ -115,3 +115,21 @@ def test_a_misconfigured_driver_is_not_crash_looped_and_a_spec_change_retries_at
     ns.patch("wordcount", {"application": {"file": "examples/still-missing.py"}})
     eventually("an immediate relaunch after the spec change",
                lambda: ns.status("wordcount").get("driver", {}).get("epoch") == 2, timeout=30)
+
+
+def test_a_second_pipeline_on_the_state_of_another_is_refused_and_creates_no_pod(
+        ns: Namespace, operator: Operator) -> None:
+    """The older pipeline keeps its state; the newer one names it, and starts once it has
+    a path of its own."""
+    first = wordcount("first", state="suspended")  # it needs no driver for this
+    ns.apply(first)
+    eventually("the first suspended", lambda: ns.status("first").get("phase") == "Suspended", timeout=60)
+    second = wordcount("second", state="suspended")
+    second["spec"]["persistence"] = {"filesystem": {"claimName": "state", "path": f"{ns.name}/first/nested"}}
+    second["spec"]["state"] = "running"
+    ns.apply(second)
+    eventually("the second refused", lambda: ns.status("second").get("phase") == "Invalid", timeout=60)
+    status = ns.status("second")
+    assert f"overlaps the state of PersistentPipeline {ns.name}/first" in status["message"]
+    assert "StateRootConflict" in ns.event_reasons("second")
+    assert ns.pod("second-driver") is None

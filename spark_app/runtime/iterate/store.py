@@ -207,11 +207,12 @@ class IterateStore:
             self._appended.pop(at, None)
 
     def collect_garbage(self, keep: set[str]) -> int:
-        """Deletes every location under this iterate that ``keep`` does not name: what
-        crashed runs and superseded drivers wrote. Run by a driver after it opened the
-        state (so after any older driver's last commit); returns how many went."""
+        """Deletes every location of this driver's epoch or an older one that ``keep`` (the
+        committed state it resumed) does not name: what crashed runs and superseded
+        drivers wrote. Never a newer epoch's: a superseded driver that gets here late must
+        not delete what the newer one wrote. Returns how many went."""
         found = {self._location_of(key) for key in self._snapshots.list(self._base + "/")}
-        doomed = sorted(at for at in found if at and at not in keep)
+        doomed = sorted(at for at in found if at and at not in keep and _epoch_of(at) <= self._epoch)
         for at in doomed:
             self._delete_location(at)
         if doomed:
@@ -233,6 +234,12 @@ class IterateStore:
             rest = key[len(prefix):].split("/")
             if not (len(rest) > 1 and _LOCATION.match(rest[0])):
                 self._snapshots.delete(key)
+
+
+def _epoch_of(at: str) -> int:
+    """The epoch that wrote a location (0 for the fixed places of before locations)."""
+    name = at.split("/")[-1]
+    return int(name[1:7]) if _LOCATION.match(name) else 0
 
 
 def with_diff(schema: StructType) -> StructType:

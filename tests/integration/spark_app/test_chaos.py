@@ -10,6 +10,9 @@ a lost one or a NUL byte fails), and a driver started afterwards resumes cleanly
   batches for the metadata log and the file index to be compacted (which reopens the
   slots right after the frozen driver's view), then SIGCONT with a new file to read:
   it must stop (Fenced) and leave nothing that survives.
+* A storage outage longer than the driver's budget (S3 behind a proxy that is stopped
+  and started again): the driver exits with code 5, and resumes once storage is back.
+  Under the operator, see tests/operator/test_operator_cluster_recovery.py.
 
 ``make test`` runs one round of each family (a few kill points, and the frozen driver
 with small compaction thresholds); ``make test-chaos`` runs CHAOS_ROUNDS (25) of each,
@@ -41,6 +44,7 @@ from spark_app.state.log import MetadataLog
 from tests.integration.spark_app.conftest import Workspace
 from tests.integration.spark_app.harness import fold, multiset, read_changelog, write_csv
 from tests.integration.spark_app.test_resume import expected_counts, expected_even, rows
+from tests.support.outage import Outage
 
 pytestmark = pytest.mark.spark
 
@@ -102,7 +106,8 @@ def test_a_driver_killed_at_a_fault_point_loses_and_repeats_nothing(
     assert first.wait() == 0, first.output()[-3000:]
 
     feeder = feed(workspace, range(2, 8))
-    killed = workspace.driver(*SMALL, "--stop-when-idle",
+    # One file a batch: the input outlasts the JVM's start, and every batch point is reached.
+    killed = workspace.driver(*SMALL, "--stop-when-idle", "--max-files-per-trigger", "1",
                               env={"SPARK_APP_EPOCH": "2", "SPARK_APP_FAULT": f"{point}:{n}"}).start()
     assert killed.wait() == -9, f"the driver never reached {point}:{n}\n" + killed.output()[-3000:]
     feeder.join()
@@ -172,3 +177,39 @@ def test_kill_points_cover_every_point() -> None:
 
     # The iterate's point has its own test (test_crash.py).
     assert {p for p, _ in KILL_POINTS} == set(faults.BATCH_POINTS + faults.COUNTED_POINTS) - {faults.IN_ITERATION}
+
+
+OUTAGE_ROUNDS = range(ROUNDS if CHAOS else 1)
+
+
+@pytest.mark.parametrize("round_", OUTAGE_ROUNDS)
+def test_a_storage_outage_longer_than_the_budget_ends_the_driver_and_a_relaunch_resumes(
+        s3_server, tmp_path, round_: int) -> None:  # type: ignore[no-untyped-def]
+    """The S3 server goes away for longer than the driver's outage budget: the driver
+    rides it out, then exits with EXIT_STORAGE_UNAVAILABLE; a driver launched during the
+    outage does the same without waiting for ever; one launched after it resumes exactly."""
+    outage = Outage(s3_server.endpoint_url, tmp_path / "outage.log")
+    outage.start()
+    workspace = Workspace(tmp_path, f"s3://{s3_server.new_bucket()}/pipelines/two", outage.url)
+    try:
+        budget = ("--outage-budget-s", "15")
+        for f in range(2):
+            write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+        first = workspace.driver(*budget, env={"SPARK_APP_EPOCH": "1"}).start()
+        first.wait_for_log("words: 2 files")
+        outage.stop()
+        began = time.monotonic()
+        for f in range(2, 5):
+            write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+        assert first.wait(300) == contract.EXIT_STORAGE_UNAVAILABLE, first.output()[-3000:]
+        print(f"the driver gave up {time.monotonic() - began:.0f}s into the outage")
+        during = workspace.driver(*budget, env={"SPARK_APP_EPOCH": "2"}).start()
+        assert during.wait(300) == contract.EXIT_STORAGE_UNAVAILABLE, during.output()[-3000:]
+        assert "storage unavailable" in during.output()
+        outage.start()
+        after = workspace.driver(*budget, "--stop-when-idle", env={"SPARK_APP_EPOCH": "3"}).start()
+        assert after.wait() == 0, after.output()[-3000:]
+        exact(workspace, 5)
+    finally:
+        workspace.kill_all()
+        outage.stop()

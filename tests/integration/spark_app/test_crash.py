@@ -2,8 +2,9 @@
 as from a run that never crashed: no changelog row duplicated, none missing.
 
 Each round kills and restarts the driver at least MIN_KILLS (3) times, more while input is
-still arriving. `make test` runs one round (the commit-window tests below cover the
-deterministic points); `make test-chaos` runs CHAOS_ROUNDS (25) of them.
+still arriving. `make test` runs one round on the filesystem (the commit-window tests
+below and test_chaos.py cover the deterministic points); `make test-chaos` runs
+CHAOS_ROUNDS (25) of them on each backend.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tests.integration.spark_app.test_resume import expected_counts, expected_ev
 pytestmark = pytest.mark.spark
 
 ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
+RANDOM_CASES = ([(seed, backend) for seed in range(ROUNDS) for backend in ("filesystem", "s3")]
+                if "CHAOS_ROUNDS" in os.environ else [(0, "filesystem")])
 FILES = int(os.environ.get("CHAOS_FILES", "16"))
 MIN_KILLS = 3
 
@@ -34,17 +37,30 @@ def feed(workspace: Workspace, seed: int, done: threading.Event) -> None:
     done.set()
 
 
-@pytest.mark.parametrize("seed", range(ROUNDS))
-def test_kill_9_at_random_moments_loses_and_repeats_nothing(fs_workspace: Workspace, seed: int) -> None:
+@pytest.fixture
+def random_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # type: ignore[no-untyped-def]
+    if request.node.callspec.params["case"][1] == "filesystem":
+        workspace = Workspace(tmp_path, str(tmp_path / "state"))
+    else:
+        server = request.getfixturevalue("s3_server")
+        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
+    request.addfinalizer(workspace.kill_all)
+    return workspace
+
+
+@pytest.mark.parametrize("case", RANDOM_CASES, ids=[f"{b}-{s}" for s, b in RANDOM_CASES])
+def test_kill_9_at_random_moments_loses_and_repeats_nothing(random_workspace: Workspace,
+                                                             case: tuple[int, str]) -> None:
+    workspace, seed = random_workspace, case[0]
     chaos = random.Random(1000 + seed)
     done = threading.Event()
-    feeder = threading.Thread(target=feed, args=(fs_workspace, seed, done), daemon=True)
+    feeder = threading.Thread(target=feed, args=(workspace, seed, done), daemon=True)
     kills = 0
     epochs = iter(range(1, 1000))
 
     def next_driver(*extra: str):  # type: ignore[no-untyped-def]
         # Each relaunch carries a higher epoch, as the operator's do.
-        return fs_workspace.driver(*extra, env={"SPARK_APP_EPOCH": str(next(epochs))}).start()
+        return workspace.driver(*extra, env={"SPARK_APP_EPOCH": str(next(epochs))}).start()
 
     driver = next_driver()
     driver.wait_for_log("pipeline running")
@@ -64,28 +80,33 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(fs_workspace: Worksp
     final = next_driver("--stop-when-idle")
     assert final.wait() == 0, final.output()[-3000:]
 
-    counts = read_changelog(fs_workspace.out / "counts.jsonlines")
+    counts = read_changelog(workspace.out / "counts.jsonlines")
     assert fold(counts, ("word",)) == expected_counts(range(FILES))
-    assert multiset(read_changelog(fs_workspace.out / "even.jsonlines")) == expected_even(range(FILES))
+    assert multiset(read_changelog(workspace.out / "even.jsonlines")) == expected_even(range(FILES))
     assert kills >= MIN_KILLS
 
 
 @pytest.mark.parametrize("point", ["after-output", "after-commit"])
 def test_a_crash_in_the_commit_window_is_replayed_exactly(fs_workspace: Workspace, point: str) -> None:
-    """Killed after the output is written (not committed: it is cut off and rewritten) or
-    after spark_app's commit but before Spark's (the replay writes nothing, yet the
-    stateful operators must still commit their state for the batch)."""
+    """Killed after the batch is staged (not committed: the stage is dropped and the batch
+    run again), or after spark_app's commit but before the batch is copied into the output
+    and Spark records it (the next driver copies it in; Spark's replay writes nothing, yet
+    the stateful operators must still commit their state for the batch)."""
     for f in range(2):
         write_csv(fs_workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
     crashed = fs_workspace.driver(env={"SPARK_APP_FAULT": f"{point}:0", "SPARK_APP_EPOCH": "1"}).start()
     assert crashed.wait() == -9
+    staged = list((fs_workspace.out / ".counts.jsonlines.pending").glob("e000001-*.jsonl"))
+    assert staged, "the crash left no staged batch"
+    assert (fs_workspace.out / "counts.jsonlines").stat().st_size == 0  # nothing published before the copy
     for f in range(2, 4):
         write_csv(fs_workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
     resumed = fs_workspace.driver("--stop-when-idle", env={"SPARK_APP_EPOCH": "2"}).start()
     assert resumed.wait() == 0, resumed.output()[-3000:]
-    expected_line = ("written after the last commit" if point == "after-output"
-                     else "already committed; replaying it without output")
-    assert expected_line in resumed.output()
+    if point == "after-commit":
+        assert "copying in bytes 0 to" in resumed.output()
+        assert "already committed; replaying it without output" in resumed.output()
+    assert not any(p.name.startswith("e000001-") for p in staged[0].parent.iterdir())
     assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
     assert multiset(read_changelog(fs_workspace.out / "even.jsonlines")) == expected_even(range(4))
 
@@ -95,7 +116,8 @@ def test_a_crash_in_the_middle_of_iterating_gives_the_uninterrupted_result(tmp_p
     batch is intact, and the replay produces the same components as a run without a crash.
 
     The second batch is small beside the first, so its changes were appended to the
-    stored inputs' log before the crash; the replay must not append them twice. A third
+    stored inputs' log before the crash (in a log segment of the crashed driver's, which
+    the next one deletes); the replay must not count them twice. A third
     batch shows it: had the edge 12-100 been counted twice, deleting it once would leave
     100 and 101 in the big component.
 
@@ -117,7 +139,7 @@ def test_a_crash_in_the_middle_of_iterating_gives_the_uninterrupted_result(tmp_p
         crashed.env["SPARK_APP_FAULT"] = "in-iteration:1"
         assert crashed.start().wait() == -9
         assert drivers[2].start().wait() == 0, drivers[2].output()[-3000:]
-        assert "from a run that did not commit" in drivers[2].output()
+        assert "stored tables that no commit names" in drivers[2].output()  # the crashed run's
         labels = {r["vertex"]: r["label"] for r in fold(read_changelog(tmp_path / "cc.jsonlines"), ("vertex",)).values()}
         assert labels == {**{v: 1 for v in range(1, 6)}, **{v: 6 for v in [*range(6, 42), 100, 101]}}
         write_csv(edges, "c.csv", "u,v,diff", ["12,100,-1"])

@@ -41,3 +41,35 @@ def test_a_higher_epoch_takes_over_and_the_lower_one_stops_without_committing(fs
     stale = fs_workspace.driver(env={"SPARK_APP_EPOCH": "2"}).start()
     assert stale.wait() == contract.EXIT_FENCED
     assert stale.termination_message().startswith(f"{contract.STALE_EPOCH_PREFIX}2")
+
+
+def test_a_local_driver_killed_with_sigkill_is_replaced_at_once(fs_workspace: Workspace) -> None:
+    """Its lease looks live for 30 s, but its holder's process is gone: no wait."""
+    write_csv(fs_workspace.inputs, "part-0.csv", "word,n", rows(0))
+    first = fs_workspace.driver().start()
+    first.wait_for_log("committed batch")
+    first.kill()
+    again = fs_workspace.driver("--stop-when-idle").start()
+    assert again.wait() == 0, again.output()[-3000:]
+    assert "taking over at once from epoch 1" in again.output()
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(1))
+
+
+def test_a_kill_after_a_new_snapshot_is_stored_resumes_from_the_previous_one(fs_workspace: Workspace) -> None:
+    """The previous snapshot may go only once the new one is committed: a kill in between
+    must not leave the head naming a deleted snapshot (a replay of the whole changelog)."""
+    for f in range(2):
+        write_csv(fs_workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    every_batch = ("--snapshot-interval-ms", "1")
+    first = fs_workspace.driver(*every_batch, "--stop-when-idle").start()
+    assert first.wait() == 0, first.output()[-3000:]
+    for f in range(2, 4):
+        write_csv(fs_workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    killed = fs_workspace.driver(*every_batch, env={"SPARK_APP_FAULT": "after-snapshot-write:1"}).start()
+    assert killed.wait() == -9, killed.output()[-3000:]
+    resumed = fs_workspace.driver(*every_batch, "--stop-when-idle").start()
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    assert "is missing; replaying the whole changelog" not in resumed.output()
+    restored = [line for line in resumed.output().splitlines() if "output counts_jsonlines: state of" in line]
+    assert restored and "(snapshot at byte 0," not in restored[0], restored
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))

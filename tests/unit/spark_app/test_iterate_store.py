@@ -80,3 +80,12 @@ def test_superseded_locations_go_whole_but_a_fixed_place_keeps_the_locations_ins
     assert storage.list("iterate/cc/") == ["iterate/cc/result/labels/e000004-88888888/part-0.parquet"]
     store(storage).drop(["result/labels/e000004-88888888"])
     assert storage.list("iterate/cc/") == []
+
+
+def test_a_driver_never_deletes_what_a_newer_epoch_wrote(storage: Storage) -> None:
+    """A superseded driver reaching its start-up late resumed an older commit: the newer
+    driver's tables are not garbage to it."""
+    for at in ["result/labels/e000002-11111111", "result/labels/e000003-22222222"]:
+        storage.write(f"iterate/cc/{at}/part-0.parquet", b"x")
+    assert store(storage, epoch=2).collect_garbage(set()) == 1
+    assert storage.list("iterate/cc/") == ["iterate/cc/result/labels/e000003-22222222/part-0.parquet"]

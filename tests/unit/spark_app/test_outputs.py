@@ -1,0 +1,52 @@
+"""A JSON-lines output's recovery and copy, without Spark: what a superseded driver may
+not do, and what the next driver finishes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_app.runtime.outputs import JsonLinesOutput, OutputContext, OutputDamaged
+from spark_app.state.records import OutputHead, StagedBatch
+from spark_app.state.session import Fenced
+from spark_app.storage import FilesystemStorage
+
+
+def context(tmp_path: Path, epoch: int = 2, fenced: bool = False) -> OutputContext:
+    def fence() -> None:
+        if fenced:
+            raise Fenced("driver epoch 1 was superseded")
+
+    return OutputContext(epoch, "state", FilesystemStorage(tmp_path / "state"), fence)
+
+
+def test_a_superseded_driver_recovering_late_changes_nothing(tmp_path: Path) -> None:
+    """Frozen in its start-up: its head is older than what a newer driver has written since."""
+    out = tmp_path / "out.jsonlines"
+    out.write_bytes(b'{"a":1,"time":1,"diff":1}\n{"a":2,"time":2,"diff":1}\n')
+    stale = JsonLinesOutput("out", str(out), None)
+    with pytest.raises(Fenced):
+        stale.recover(OutputHead(position=26, rows=1), context(tmp_path, epoch=1, fenced=True))
+    assert out.read_bytes().count(b"\n") == 2
+
+
+def test_the_next_driver_copies_in_a_batch_committed_but_not_copied(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonlines"
+    out.write_bytes(b"line-0\n")
+    pending = tmp_path / ".out.jsonlines.pending"
+    pending.mkdir()
+    (pending / "e000001-b000000000001.jsonl").write_bytes(b"line-1\n")
+    head = OutputHead(position=14, rows=2, staged=StagedBatch("e000001-b000000000001.jsonl", 7))
+    JsonLinesOutput("out", str(out), None).recover(head, context(tmp_path))
+    assert out.read_bytes() == b"line-0\nline-1\n"
+    assert [p.name for p in pending.iterdir()] == ["lock"]
+
+
+def test_a_committed_batch_whose_stage_is_gone_is_damage_not_a_hole(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonlines"
+    out.write_bytes(b"line-0\n")
+    head = OutputHead(position=14, rows=2, staged=StagedBatch("e000001-b000000000001.jsonl", 7))
+    with pytest.raises(OutputDamaged, match="lacks bytes 7 to 14"):
+        JsonLinesOutput("out", str(out), None).recover(head, context(tmp_path))
+    assert out.read_bytes() == b"line-0\n"
