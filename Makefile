@@ -26,7 +26,7 @@ $(UV):
 	$(PYTHON) -m venv $(PP_CACHE)/uv-$(UV_VERSION)
 	$(PP_CACHE)/uv-$(UV_VERSION)/bin/pip install --quiet uv==$(UV_VERSION)
 
-.venv/.synced: uv.lock pyproject.toml | $(UV)
+.venv/.synced: uv.lock pyproject.toml localcluster/pyproject.toml | $(UV)
 	@echo ">>> installing the locked Python packages into .venv"
 	$(UV) sync --frozen --python $(PYTHON)
 	@touch $@
