@@ -8,10 +8,12 @@
     sa.run(persistence_config=sa.persistence.Config.simple_config(
         sa.persistence.Backend.filesystem("./state/")))
 
-The package is layered (and tests/unit/test_layers.py checks it): ``storage`` (backends),
-``state`` (the metadata log, leases, file indexes; no Spark), ``runtime`` (Spark), and
-this user-facing API. ``contract``, ``persistence``, ``storage`` and ``state`` import
-without pyspark, which is how the operator reads pipeline state.
+The package is layered (import contracts in pyproject.toml, checked by make lint):
+``contract`` (what the operator injects and the driver reads; standard library only),
+``storage`` (backends), ``persistence`` (where state lives, opened as a storage),
+``state`` (the metadata log, leases, file indexes), ``runtime`` (Spark), and this
+user-facing API. Everything below ``runtime`` imports without pyspark, so that
+``spark_app reset`` runs without a JVM; the operator imports ``contract`` alone.
 """
 
 from __future__ import annotations
