@@ -290,7 +290,7 @@ def _no_driver(o: Observed, spec: PipelineSpec, m: Memory, t: Tunables) -> Decis
     if m.next_launch_at is not None and o.now < m.next_launch_at and not fixed:
         delay = m.next_launch_at - o.now
         # The message names the moment, not the time left, so the status is not rewritten at every look.
-        return _step(o, m, "Restarting", f"relaunching at {format_time(m.next_launch_at)} after "
+        return _step(o, m, "Restarting", f"relaunching at {format_time(m.next_launch_at, fraction=False)} after "
                                          f"{m.next_launch_reason} (backoff)", requeue=delay, degraded=(failure.reason, failure.message) if failure else None)
     return _launch(o, spec, m, root.uri, root.stateless_generation, t)
 

@@ -107,7 +107,7 @@ def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: f
         return Health("False", "NoRecentCommit", message, "NoRecentCommit", message)
     age = now - report.reported_at
     if age > report_stale_after and not report.idle:
-        message = (f"the driver's last report ({format_time(report.reported_at)}) is over "
+        message = (f"the driver's last report ({format_time(report.reported_at, fraction=False)}) is over "
                    f"{report_stale_after:.0f}s old, and it had work to do then")
         return Health("Unknown", "DriverReportStale", message, "DriverReportStale", message)
     if report.idle:
