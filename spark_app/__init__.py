@@ -21,10 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from spark_app import persistence
-
 if TYPE_CHECKING:
-    from spark_app import io
+    from spark_app import io, persistence
     from spark_app.api import iterate, run
     from spark_app.runtime.iterate.declare import IterateResult
     from spark_app.runtime.iterate.engine import Delta
@@ -33,8 +31,10 @@ __all__ = ["Delta", "IterateResult", "io", "iterate", "persistence", "run"]
 
 
 def __getattr__(name: str) -> Any:
-    # Spark-facing parts load on first use, so that the operator can import the state
-    # layer without pyspark.
+    # Everything loads on first use, so that importing spark_app.contract (the operator
+    # does, and nothing else of spark_app) loads no other module of the package.
+    if name == "persistence":
+        return importlib.import_module("spark_app.persistence")
     if name == "io":
         return importlib.import_module("spark_app.io")
     if name in ("run", "iterate"):
