@@ -6,7 +6,7 @@ record, at most one action, the Events to post and when to look again. The calle
 records the status first (with the resource's resourceVersion, so a stale view fails
 instead of acting) and then acts; every step is safe to repeat after a crash.
 
-Invariants, each tested in tests/unit/operator/test_lifecycle.py:
+Invariants, each tested in tests/unit/operator/test_operator_lifecycle.py:
 
 * A driver is launched only when the live API server says no driver pod exists, and
   with an epoch above every epoch launched or found stored before (the fencing token).

@@ -1,8 +1,8 @@
 """A PersistentPipeline's spec as frozen dataclasses, and the checks a schema cannot make.
 
 The CRD (crds/persistentpipelines.sparkapp.dev.yaml) rejects malformed specs and fills in
-defaults. ``parse_spec`` repeats those defaults (tests/unit/operator/test_crd.py keeps the
-two in step) and checks again what an older or hand-edited CRD might let through (S3
+defaults. ``parse_spec`` repeats those defaults (tests/unit/operator/test_operator_crd.py keeps
+the two in step) and checks again what an older or hand-edited CRD might let through (S3
 without a bucket, an interval of zero), plus what no schema can see (reserved variable
 names, credentials written in plain text). It never calls the API server: the Secrets and
 claims a spec needs are listed by ``prerequisites`` for the caller to look up.
