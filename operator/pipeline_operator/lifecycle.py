@@ -253,7 +253,7 @@ def _driver_alive(o: Observed, spec: PipelineSpec, t: Tunables) -> Decision:
                         progressing=Condition("Progressing", "False", "StateRootChangeRefused", root.message))
     if d.restart_nonce != spec.restart_nonce:
         return _stop(o, m, d, "RestartRequested", "spec.restartNonce changed", t)
-    if d.spec_hash != spec.pod_hash() or d.state_root != root.uri:
+    if d.spec_hash != spec.pod_hash or d.state_root != root.uri:
         return _stop(o, m, d, "SpecChanged", f"the spec changed (upgradeMode {spec.upgrade_mode})", t)
     stuck = _stuck(d, spec, o.now)
     if stuck is not None:
@@ -313,7 +313,7 @@ def _launch(o: Observed, spec: PipelineSpec, m: Memory, root: str, generation: i
     m = replace(
         m, epoch=epoch, driver_uid="", next_launch_at=None, next_launch_reason="", stopping="", epoch_floor=0,
         state_root=root, reset_nonce=spec.persistence.reset_nonce, stateless_generation=generation,
-        applied_hash=spec.pod_hash(), announced_problem="",
+        applied_hash=spec.pod_hash, announced_problem="",
         restarts_total=m.restarts_total + (1 if restart else 0),
         recent_restarts=(m.recent_restarts + (Restart(o.now, reason, epoch),))[-RECENT_RESTARTS:]
         if restart else m.recent_restarts,

@@ -50,7 +50,7 @@ def state_root(spec: PipelineSpec, memory: Memory, *, launching: bool) -> StateR
         prefix += f"/resets/{spec.persistence.reset_nonce}"
     generation = memory.stateless_generation
     if spec.upgrade_mode == "stateless":
-        if launching and (generation == 0 or spec.pod_hash() != memory.applied_hash):
+        if launching and (generation == 0 or spec.pod_hash != memory.applied_hash):
             generation += 1
         return StateRoot(f"{prefix}/generations/{max(generation, 1)}", generation)
     if not memory.state_root or spec.persistence.reset_nonce != memory.reset_nonce:

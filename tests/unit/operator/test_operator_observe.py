@@ -30,7 +30,7 @@ def test_a_running_driver_pod_with_its_report() -> None:
         {"name": "driver", "state": {"running": {"startedAt": "2027-01-15T08:00:10Z"}}}]}
     pod = driver_pod(pod_json(S, epoch=2, status=status, report_json=REPORT))
     assert (pod.name, pod.uid, pod.epoch, pod.phase) == ("wc-driver", "pod-1", 2, "Running")
-    assert pod.spec_hash == S.pod_hash() and pod.state_root == "pvc://state/team/wc" and not pod.terminating
+    assert pod.spec_hash == S.pod_hash and pod.state_root == "pvc://state/team/wc" and not pod.terminating
     assert pod.started_at == 1_800_000_010.0 and pod.created_at == 1_800_000_000.0
     assert not pod.ended and pod.exit_code is None
     assert pod.report == DriverReport(epoch=2, stored_epoch=1, state="running", reported_at=1_800_000_000.5, queries={
