@@ -27,7 +27,6 @@ WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
 COPY spark_app/ spark_app/
 COPY operator/pipeline_operator/ operator/pipeline_operator/
-COPY localcluster/ localcluster/
 
 # The spark-app runtime: everything uv.lock pins except the dev group, then the project
 # itself (not editable: the image holds no source checkout).
@@ -35,12 +34,14 @@ FROM python-build AS spark-app-venv
 RUN UV_PROJECT_ENVIRONMENT=/opt/venv uv sync --no-dev --no-editable --python /usr/local/bin/python3.11
 
 # The operator needs no Spark: the locked packages minus pyspark and its data stack.
+# --no-sources: tool.uv.sources names the dev group's workspace member (localcluster), which
+# is not in the build context; the project itself is installed without dependencies.
 FROM python-build AS operator-venv
 RUN uv venv /opt/venv --python /usr/local/bin/python3.11 \
  && uv export --no-dev --no-emit-project --no-hashes \
       --prune pyspark --prune delta-spark --prune pandas --prune pyarrow -o /tmp/requirements.txt \
  && uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/requirements.txt \
- && uv pip install --python /opt/venv/bin/python --no-deps .
+ && uv pip install --python /opt/venv/bin/python --no-deps --no-sources .
 
 # ---- JVM packages ---------------------------------------------------------------------
 # Delta Lake, hadoop-aws, the AWS SDK bundle and spark-hadoop-cloud, minus what pyspark

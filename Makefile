@@ -26,7 +26,7 @@ $(UV):
 	$(PYTHON) -m venv $(PP_CACHE)/uv-$(UV_VERSION)
 	$(PP_CACHE)/uv-$(UV_VERSION)/bin/pip install --quiet uv==$(UV_VERSION)
 
-.venv/.synced: uv.lock pyproject.toml | $(UV)
+.venv/.synced: uv.lock pyproject.toml localcluster/pyproject.toml | $(UV)
 	@echo ">>> installing the locked Python packages into .venv"
 	$(UV) sync --frozen --python $(PYTHON)
 	@touch $@
@@ -93,7 +93,7 @@ operator-run: venv ## Run the operator against the local cluster in the foregrou
 	$(PY) -m pipeline_operator --kubeconfig=$(KUBECONFIG_LOCAL) $(OPERATOR_ARGS)
 
 .PHONY: operator-unit
-operator-unit: venv ## Unit tests of the operator: builders, decision function, status, layering (no cluster).
+operator-unit: venv ## Unit tests of the operator: builders, decision function, status (no cluster; make lint checks its layering).
 	$(PYTEST) tests/unit/operator -q
 
 .PHONY: operator-test

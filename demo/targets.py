@@ -22,8 +22,9 @@ import subprocess
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from localcluster.kubectl import HELM_TIMEOUT, KUBECTL_TIMEOUT, KubeCommands
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".cache" / "bin"
 LOCAL_VALUES = ROOT / "demo" / "values-localcluster.yaml"
 
 
@@ -32,20 +33,15 @@ class Target(ABC):
 
     name: str
     kubeconfig: Path
+    commands: KubeCommands
+    """kubectl and helm against this cluster."""
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
-        return self._run([str(BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args], stdin, check, timeout)
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
+                timeout: float = KUBECTL_TIMEOUT) -> str:
+        return self.commands.kubectl(*args, stdin=stdin, check=check, timeout=timeout)
 
-    def helm(self, *args: str, timeout: float = 300) -> str:
-        return self._run([str(BIN / "helm"), f"--kubeconfig={self.kubeconfig}", *args], None, True, timeout)
-
-    @staticmethod
-    def _run(command: list[str], stdin: str | None, check: bool, timeout: float) -> str:
-        result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
-        if check and result.returncode != 0:
-            raise RuntimeError(f"{' '.join(shlex.quote(c) for c in command[:4])} ... failed: "
-                               f"{(result.stderr or result.stdout).strip()}")
-        return result.stdout
+    def helm(self, *args: str, timeout: float = HELM_TIMEOUT) -> str:
+        return self.commands.helm(*args, timeout=timeout)
 
     def helm_values(self) -> list[str]:
         """Chart values this cluster needs (helm arguments)."""
@@ -79,6 +75,7 @@ class LocalTarget(Target):
         self.layout = Layout.for_repo()
         self.cluster = Cluster(self.layout, out=lambda _: None)
         self.kubeconfig = self.layout.kubeconfig
+        self.commands = KubeCommands.for_repo(self.kubeconfig, self.layout)
         self.started_here = False
 
     def start(self) -> None:
@@ -123,6 +120,7 @@ class KindTarget(Target):
 
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig = kubeconfig
+        self.commands = KubeCommands.for_repo(kubeconfig)
 
     def _files_pod(self, namespace: str, claim: str) -> str:
         """A pod mounting the claim at /claim, created on first use."""

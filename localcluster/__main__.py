@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from localcluster.cluster import Cluster, ClusterError
+from localcluster.kubectl import CommandFailed, KubeCommands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,27 +31,23 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for key, value in cluster.info().env().items():
                 print(f"export {key}={shlex.quote(value)}")
-    except ClusterError as e:
+    except (ClusterError, CommandFailed) as e:
         print(f"localcluster: {e}", file=sys.stderr)
         return 1
     return 0
 
 
 def _kill(cluster: Cluster, target: str | None, container: str | None) -> int:
-    from localcluster.testing import kill_container, kubectl
+    from localcluster.testing import kill_container
 
     if not target or "/" not in target:
         print("localcluster: kill needs NAMESPACE/POD", file=sys.stderr)
         return 2
     info = cluster.info()
     namespace, pod = target.split("/", 1)
-    container = container or kubectl(info, "get", "pod", "-n", namespace, pod,
-                                     "-o", "jsonpath={.spec.containers[0].name}").strip()
-    try:
-        pid = kill_container(info, namespace, pod, container)
-    except AssertionError as e:
-        print(f"localcluster: {e}", file=sys.stderr)
-        return 1
+    container = container or KubeCommands.for_repo(info.kubeconfig, cluster.layout).kubectl(
+        "get", "pod", "-n", namespace, pod, "-o", "jsonpath={.spec.containers[0].name}").strip()
+    pid = kill_container(info, namespace, pod, container, layout=cluster.layout)
     print(f"killed {namespace}/{pod} container {container} (pid {pid}) with SIGKILL")
     return 0
 

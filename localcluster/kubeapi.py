@@ -22,7 +22,6 @@ import yaml
 JsonDict = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,21 @@
 """Helpers for tests and the demo against the local cluster: polling with a deadline,
-kubectl, small pod manifests, and killing a container's process as on a node.
+small pod manifests, and killing a container's process as on a node (kubectl and helm are
+localcluster.kubectl's).
 
-    from localcluster.testing import wait_for, kubectl, shell_pod, kill_container
+    from localcluster.testing import wait_for, shell_pod, kill_container
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localcluster.cluster import ClusterInfo
+from localcluster.cluster import ClusterError, ClusterInfo
+from localcluster.kubectl import KubeCommands
 from localcluster.layout import Layout
 from localcluster.procs import ProcessRecord, is_alive
 
@@ -36,22 +37,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, ev
             progress()
         time.sleep(every)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last seen: {last!r})")
-
-
-def kubectl(info: ClusterInfo, *args: str, timeout: float = 30.0, layout: Layout | None = None) -> str:
-    """Runs the project's kubectl (.cache/bin) against the cluster; returns stdout, fails on error."""
-    binary = (layout or Layout.for_repo()).binary("kubectl")
-    result = subprocess.run(
-        [str(binary), f"--kubeconfig={info.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if result.returncode != 0:
-        raise AssertionError(
-            f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
-        )
-    return result.stdout
 
 
 def shell_pod(
@@ -114,14 +99,16 @@ def kill_container(
     """Sends `sig` to a running container's main process, as `kill` on a node would (the
     pod stays; the node agent then reports the exit, 128+sig). The process is the one the
     node agent recorded for the pod's uid (pid and start time, so a recycled pid is never
-    hit). Returns the pid; fails if the container is not running."""
-    uid = kubectl(info, "get", "pod", "-n", namespace, pod, "-o", "jsonpath={.metadata.uid}").strip()
-    pid_file = (layout or Layout.for_repo()).pods_dir / uid / "containers" / container / "pid"
+    hit). Returns the pid; ClusterError if the container is not running."""
+    layout = layout or Layout.for_repo()
+    commands = KubeCommands.for_repo(info.kubeconfig, layout)
+    uid = commands.kubectl("get", "pod", "-n", namespace, pod, "-o", "jsonpath={.metadata.uid}").strip()
+    pid_file = layout.pods_dir / uid / "containers" / container / "pid"
     try:
         pid, ticks = (int(x) for x in pid_file.read_text().split())
     except (OSError, ValueError):
-        raise AssertionError(f"container {container} of pod {namespace}/{pod} is not running") from None
+        raise ClusterError(f"container {container} of pod {namespace}/{pod} is not running") from None
     if not is_alive(ProcessRecord(pid, ticks)):
-        raise AssertionError(f"container {container} of pod {namespace}/{pod} has already exited")
+        raise ClusterError(f"container {container} of pod {namespace}/{pod} has already exited")
     os.kill(pid, sig)
     return pid

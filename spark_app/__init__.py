@@ -8,10 +8,12 @@
     sa.run(persistence_config=sa.persistence.Config.simple_config(
         sa.persistence.Backend.filesystem("./state/")))
 
-The package is layered (and tests/unit/test_layers.py checks it): ``storage`` (backends),
-``state`` (the metadata log, leases, file indexes; no Spark), ``runtime`` (Spark), and
-this user-facing API. ``contract``, ``persistence``, ``storage`` and ``state`` import
-without pyspark, which is how the operator reads pipeline state.
+The package is layered (import contracts in pyproject.toml, checked by make lint):
+``contract`` (what the operator injects and the driver reads; standard library only),
+``storage`` (backends), ``persistence`` (where state lives, opened as a storage),
+``state`` (the metadata log, leases, file indexes), ``runtime`` (Spark), and this
+user-facing API. Everything below ``runtime`` imports without pyspark, so that
+``spark_app reset`` runs without a JVM; the operator imports ``contract`` alone.
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from spark_app import persistence
-
 if TYPE_CHECKING:
-    from spark_app import io
+    from spark_app import io, persistence
     from spark_app.api import iterate, run
     from spark_app.runtime.iterate.declare import IterateResult
     from spark_app.runtime.iterate.engine import Delta
@@ -31,8 +31,10 @@ __all__ = ["Delta", "IterateResult", "io", "iterate", "persistence", "run"]
 
 
 def __getattr__(name: str) -> Any:
-    # Spark-facing parts load on first use, so that the operator can import the state
-    # layer without pyspark.
+    # Everything loads on first use, so that importing spark_app.contract (the operator
+    # does, and nothing else of spark_app) loads no other module of the package.
+    if name == "persistence":
+        return importlib.import_module("spark_app.persistence")
     if name == "io":
         return importlib.import_module("spark_app.io")
     if name in ("run", "iterate"):

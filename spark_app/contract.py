@@ -2,8 +2,8 @@
 operator injects into a driver pod, and how the driver reads them.
 
 Both sides import this module (the operator through ``spark_app.contract`` only, which
-needs neither pyspark nor boto3), and tests/unit/test_contract.py checks that what the
-operator's pod builder writes is what ``Config.from_env`` reads. Secrets never pass
+needs neither pyspark nor boto3), and tests/unit/spark_app/test_contract.py checks that
+what the operator's pod builder writes is what ``Config.from_env`` reads. Secrets never pass
 through here: S3 credentials reach the driver as the standard AWS variables, which the
 operator fills from a Secret with ``secretKeyRef``.
 """

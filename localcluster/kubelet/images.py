@@ -30,15 +30,6 @@ class ImageMap:
         return self.images.get(normalize_repository(image))
 
 
-class ImageNotFound(Exception):
-    def __init__(self, image: str) -> None:
-        self.image = image
-        super().__init__(
-            f'image "{image}" is not in the local image map (localcluster/images.yaml): '
-            f"add its repository there to run it"
-        )
-
-
 def normalize_repository(image: str) -> str:
     """`busybox:1.36` -> `docker.io/library/busybox`; tags and digests are dropped."""
     name = image.split("@", 1)[0]

@@ -28,7 +28,6 @@ JsonDict = dict[str, Any]
 
 DEFAULT_MODE = 0o644
 DEFAULT_TOKEN_SECONDS = 3600
-SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 # Files kubelet writes for these kinds; they are always mounted read-only.
 _FILE_KINDS = ("configMap", "secret", "downwardAPI", "projected")

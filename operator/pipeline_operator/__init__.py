@@ -1,7 +1,7 @@
 """The PersistentPipeline operator (kopf): keeps each pipeline's Spark driver running,
 resuming from its stored state, with a strictly increasing epoch per launch.
 
-Layers, from the edge inward (checked by tests/unit/operator/test_operator_layers.py):
+Layers, from the edge inward (import contracts in pyproject.toml, checked by make lint):
 
     __main__            flags and settings, kopf.run
     handlers            kopf handlers: glue, and kopf errors at the edge

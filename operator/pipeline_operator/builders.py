@@ -142,7 +142,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
             "labels": names.labels(spec.name, names.ROLE_DRIVER),
             "annotations": {
                 names.ANNOTATION_EPOCH: str(epoch),
-                names.ANNOTATION_SPEC_HASH: spec.pod_hash(),
+                names.ANNOTATION_SPEC_HASH: spec.pod_hash,
                 names.ANNOTATION_RESTART_NONCE: spec.restart_nonce,
                 names.ANNOTATION_STATE_ROOT: state_root,
             },

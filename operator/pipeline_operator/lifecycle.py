@@ -6,7 +6,7 @@ record, at most one action, the Events to post and when to look again. The calle
 records the status first (with the resource's resourceVersion, so a stale view fails
 instead of acting) and then acts; every step is safe to repeat after a crash.
 
-Invariants, each tested in tests/unit/operator/test_lifecycle.py:
+Invariants, each tested in tests/unit/operator/test_operator_lifecycle.py:
 
 * A driver is launched only when the live API server says no driver pod exists, and
   with an epoch above every epoch launched or found stored before (the fencing token).
@@ -256,7 +256,7 @@ def _driver_alive(o: Observed, spec: PipelineSpec, t: Tunables) -> Decision:
                         progressing=Condition("Progressing", "False", "StateRootChangeRefused", root.message))
     if d.restart_nonce != spec.restart_nonce:
         return _stop(o, m, d, "RestartRequested", "spec.restartNonce changed", t)
-    if d.spec_hash != spec.pod_hash() or d.state_root != root.uri:
+    if d.spec_hash != spec.pod_hash or d.state_root != root.uri:
         return _stop(o, m, d, "SpecChanged", f"the spec changed (upgradeMode {spec.upgrade_mode})", t)
     stuck = _stuck(d, spec, o.now)
     if stuck is not None:
@@ -301,7 +301,7 @@ def _no_driver(o: Observed, spec: PipelineSpec, m: Memory, t: Tunables) -> Decis
     if m.next_launch_at is not None and o.now < m.next_launch_at and not fixed:
         delay = m.next_launch_at - o.now
         # The message names the moment, not the time left, so the status is not rewritten at every look.
-        return _step(o, m, "Restarting", f"relaunching at {format_time(m.next_launch_at)} after "
+        return _step(o, m, "Restarting", f"relaunching at {format_time(m.next_launch_at, fraction=False)} after "
                                          f"{m.next_launch_reason} (backoff)", requeue=delay, degraded=(failure.reason, failure.message) if failure else None)
     return _launch(o, spec, m, root.uri, root.stateless_generation, t)
 
@@ -324,7 +324,7 @@ def _launch(o: Observed, spec: PipelineSpec, m: Memory, root: str, generation: i
     m = replace(
         m, epoch=epoch, driver_uid="", next_launch_at=None, next_launch_reason="", stopping="", epoch_floor=0,
         state_root=root, reset_nonce=spec.persistence.reset_nonce, stateless_generation=generation,
-        applied_hash=spec.pod_hash(), announced_problem="",
+        applied_hash=spec.pod_hash, announced_problem="",
         restarts_total=m.restarts_total + (1 if restart else 0),
         recent_restarts=(m.recent_restarts + (Restart(o.now, reason, epoch),))[-RECENT_RESTARTS:]
         if restart else m.recent_restarts,

@@ -155,14 +155,20 @@ def pod_phase(pod: Mapping[str, Any] | None) -> str | None:
     return (pod.get("status") or {}).get("phase") or "Pending"
 
 
+def format_time(moment: float, fraction: bool = True) -> str:
+    """RFC 3339 in UTC, as Kubernetes writes times: with milliseconds unless ``fraction`` is
+    False (conditions' lastTransitionTime, and messages)."""
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment))
+    return f"{text}.{int(moment * 1000) % 1000:03d}Z" if fraction else f"{text}Z"
+
+
 def parse_time(value: str | None) -> float | None:
+    """Seconds since the epoch of an RFC 3339 UTC time, with or without a fraction; None for none."""
     if not value:
         return None
-    return float(calendar.timegm(time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")))
-
-
-def format_time(moment: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+    whole, _, rest = value.rstrip("Z").partition(".")
+    seconds = float(calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")))
+    return seconds + (float(f"0.{rest}") if rest else 0.0)
 
 
 def _int(value: Any) -> int:

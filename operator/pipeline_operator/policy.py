@@ -53,7 +53,7 @@ def state_root(spec: PipelineSpec, memory: Memory, *, launching: bool) -> StateR
         prefix += f"/resets/{spec.persistence.reset_nonce}"
     generation = memory.stateless_generation
     if spec.upgrade_mode == "stateless":
-        if launching and (generation == 0 or spec.pod_hash() != memory.applied_hash):
+        if launching and (generation == 0 or spec.pod_hash != memory.applied_hash):
             generation += 1
         return StateRoot(f"{prefix}/generations/{max(generation, 1)}", generation)
     if not memory.state_root or spec.persistence.reset_nonce != memory.reset_nonce:
@@ -110,7 +110,7 @@ def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: f
         return Health("False", "NoRecentCommit", message, "NoRecentCommit", message)
     age = now - report.reported_at
     if age > report_stale_after and not report.idle:
-        message = (f"the driver's last report ({format_time(report.reported_at)}) is over "
+        message = (f"the driver's last report ({format_time(report.reported_at, fraction=False)}) is over "
                    f"{report_stale_after:.0f}s old, and it had work to do then")
         return Health("Unknown", "DriverReportStale", message, "DriverReportStale", message)
     if report.idle:

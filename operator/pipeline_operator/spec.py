@@ -1,8 +1,8 @@
 """A PersistentPipeline's spec as frozen dataclasses, and the checks a schema cannot make.
 
 The CRD (crds/persistentpipelines.sparkapp.dev.yaml) rejects malformed specs and fills in
-defaults. ``parse_spec`` repeats those defaults (tests/unit/operator/test_crd.py keeps the
-two in step) and checks again what an older or hand-edited CRD might let through (S3
+defaults. ``parse_spec`` repeats those defaults (tests/unit/operator/test_operator_crd.py keeps
+the two in step) and checks again what an older or hand-edited CRD might let through (S3
 without a bucket, an interval of zero), plus what no schema can see (reserved variable
 names, credentials written in plain text). It never calls the API server: the Secrets and
 claims a spec needs are listed by ``prerequisites`` for the caller to look up.
@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pipeline_operator.errors import InvalidSpec, Problem
@@ -177,10 +178,14 @@ class PipelineSpec:
     def pipeline(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @cached_property
     def pod_hash(self) -> str:
         """A digest of everything that shapes the driver pod. A running driver whose hash
         differs from the spec's is restarted (an upgrade); restart policy, state, nonces
-        and monitoring windows change nothing in the pod and are left out."""
+        and monitoring windows change nothing in the pod and are left out. Computed once
+        per spec: a reconcile parses the spec once, and its decision (the comparison with
+        the running driver, the stateless generation, the hash it records) and the pod it
+        builds read the same value."""
         shaping = {
             "image": self.image,
             "image_pull_policy": self.image_pull_policy,

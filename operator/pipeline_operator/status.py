@@ -3,14 +3,12 @@ Memory, ``render`` turns a Memory back into the status to write. Only bounded fi
 
 from __future__ import annotations
 
-import calendar
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from pipeline_operator import names
 from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart
-from pipeline_operator.observe import QueryReport
+from pipeline_operator.observe import QueryReport, format_time, parse_time
 
 JsonDict = dict[str, Any]
 
@@ -75,11 +73,11 @@ def read_memory(status: Mapping[str, Any] | None) -> Memory:
         driver_uid=driver.get("uid") or "",
         restarts_total=int(restarts.get("total") or 0),
         consecutive_failures=int(restarts.get("consecutiveFailures") or 0),
-        recent_restarts=tuple(Restart(parse_time(r["time"]), r.get("reason", ""), int(r.get("epoch") or 0))
+        recent_restarts=tuple(Restart(parse_time(r["time"]) or 0.0, r.get("reason", ""), int(r.get("epoch") or 0))
                               for r in restarts.get("recent") or []),
         last_failure=Failure(
             reason=failure.get("reason", ""), exit_code=failure.get("exitCode"), message=failure.get("message", ""),
-            time=parse_time(failure.get("time")), epoch=int(failure.get("epoch") or 0),
+            time=parse_time(failure.get("time")) or 0.0, epoch=int(failure.get("epoch") or 0),
             pod_uid=failure.get("podUid", ""), generation=int(failure.get("generation") or 0),
         ) if failure else None,
         ended_uid=books.get("endedUid", ""),
@@ -108,7 +106,7 @@ def _read_checkpoint(raw: Mapping[str, Any]) -> Checkpoint:
     queries = {
         name: QueryReport(
             batch=q.get("batch"),
-            commit_time_ms=int(parse_time(q["commitTime"]) * 1000) if q.get("commitTime") else None,
+            commit_time_ms=_milliseconds(parse_time(q.get("commitTime"))),
             offsets=q.get("offsets") or {}, backlog=bool(q.get("backlog")), malformed=int(q.get("malformed") or 0),
             iterate=q.get("iterate"),
         )
@@ -116,6 +114,10 @@ def _read_checkpoint(raw: Mapping[str, Any]) -> Checkpoint:
     }
     return Checkpoint(time=parse_time(raw["time"]) if raw.get("time") else None, epoch=int(raw.get("epoch") or 0),
                       queries=queries)
+
+
+def _milliseconds(seconds: float | None) -> int | None:
+    return int(seconds * 1000) if seconds is not None else None
 
 
 def _conditions(conditions: tuple[Condition, ...], previous: list[Mapping[str, Any]], generation: int,
@@ -130,16 +132,3 @@ def _conditions(conditions: tuple[Condition, ...], previous: list[Mapping[str, A
                          "lastTransitionTime": since or format_time(now, fraction=False)})
     return rendered
 
-
-def format_time(moment: float, fraction: bool = True) -> str:
-    """RFC 3339 in UTC; with milliseconds unless ``fraction`` is False (condition times)."""
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment))
-    return f"{text}.{int(moment * 1000) % 1000:03d}Z" if fraction else f"{text}Z"
-
-
-def parse_time(value: str | None) -> float:
-    if not value:
-        return 0.0
-    whole, _, rest = value.rstrip("Z").partition(".")
-    seconds = float(calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")))
-    return seconds + (float(f"0.{rest}") if rest else 0.0)

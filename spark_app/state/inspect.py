@@ -1,8 +1,9 @@
-"""What ``spark_app inspect`` and the operator report about a pipeline's stored state.
+"""What ``spark_app inspect`` reports about a pipeline's stored state.
 
 Reads only the metadata log, the lease and (optionally) sizes; needs neither Spark nor
-the pipeline's code. The JSON form is what the operator puts in a PersistentPipeline's
-status, so its keys are a contract: add keys, do not rename them.
+the pipeline's code. ``spark_app inspect --json`` prints the JSON form for scripts, so its
+keys are a contract: add keys, do not rename them. (The operator reads none of this: a
+PersistentPipeline's status holds the driver's own reports, spark_app.contract.)
 """
 
 from __future__ import annotations

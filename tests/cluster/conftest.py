@@ -10,12 +10,19 @@ import pytest
 from kubernetes import client, config
 
 from localcluster import ClusterInfo
+from localcluster.kubectl import KubeCommands
 from localcluster.testing import wait_for
 
 
 @pytest.fixture(scope="session")
 def api_client(local_cluster: ClusterInfo) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def kube(local_cluster: ClusterInfo) -> KubeCommands:
+    """kubectl and helm against the local cluster."""
+    return KubeCommands.for_repo(local_cluster.kubeconfig)
 
 
 @pytest.fixture(scope="session")

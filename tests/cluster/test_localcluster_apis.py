@@ -11,7 +11,8 @@ from botocore.exceptions import ClientError
 from kubernetes import client
 
 from localcluster import ClusterInfo
-from localcluster.testing import kubectl, phase_in, shell_pod, wait_for
+from localcluster.kubectl import KubeCommands
+from localcluster.testing import phase_in, shell_pod, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -30,8 +31,8 @@ print("allowed")
 """
 
 
-def test_kubectl_shows_the_node_ready(local_cluster: ClusterInfo) -> None:
-    lines = kubectl(local_cluster, "get", "nodes", "--no-headers").split("\n")
+def test_kubectl_shows_the_node_ready(kube: KubeCommands) -> None:
+    lines = kube.kubectl("get", "nodes", "--no-headers").split("\n")
     assert lines[0].split()[:2] == ["local-node", "Ready"]
 
 

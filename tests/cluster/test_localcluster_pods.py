@@ -9,7 +9,8 @@ import pytest
 from kubernetes import client, watch
 
 from localcluster import ClusterInfo
-from localcluster.testing import host_path, kubectl, phase_in, shell_pod, wait_for
+from localcluster.kubectl import KubeCommands
+from localcluster.testing import host_path, phase_in, shell_pod, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -222,31 +223,31 @@ def test_an_unknown_image_cannot_be_pulled(core: client.CoreV1Api, namespace: st
 
 
 def test_kubectl_logs_returns_what_the_container_printed(
-    core: client.CoreV1Api, namespace: str, local_cluster: ClusterInfo
+    core: client.CoreV1Api, namespace: str, kube: KubeCommands
 ) -> None:
     core.create_namespaced_pod(
         namespace, shell_pod("talker", "echo hello from the pod; echo to stderr >&2; echo last")
     )
     wait_for("the pod to finish", phase_in(core, namespace, "talker", "Succeeded"))
-    logs = kubectl(local_cluster, "logs", "-n", namespace, "talker")
+    logs = kube.kubectl("logs", "-n", namespace, "talker")
     assert logs.splitlines() == ["hello from the pod", "to stderr", "last"]
-    assert kubectl(local_cluster, "logs", "-n", namespace, "talker", "--tail=1") == "last\n"
+    assert kube.kubectl("logs", "-n", namespace, "talker", "--tail=1") == "last\n"
     assert core.read_namespaced_pod_log("talker", namespace, limit_bytes=5) == "hello"
 
 
 def test_kubectl_logs_follow_ends_with_the_container(
-    core: client.CoreV1Api, namespace: str, local_cluster: ClusterInfo
+    core: client.CoreV1Api, namespace: str, kube: KubeCommands
 ) -> None:
     core.create_namespaced_pod(
         namespace, shell_pod("ticker", "for i in 1 2 3; do echo tick $i; sleep 0.3; done")
     )
     wait_for("Running", phase_in(core, namespace, "ticker", "Running", "Succeeded"))
-    logs = kubectl(local_cluster, "logs", "-f", "-n", namespace, "ticker", timeout=20)
+    logs = kube.kubectl("logs", "-f", "-n", namespace, "ticker", timeout=20)
     assert logs.splitlines() == ["tick 1", "tick 2", "tick 3"]
 
 
 def test_crashing_containers_restart_with_back_off(
-    core: client.CoreV1Api, namespace: str, local_cluster: ClusterInfo
+    core: client.CoreV1Api, namespace: str, kube: KubeCommands
 ) -> None:
     core.create_namespaced_pod(
         namespace, shell_pod("crasher", "echo run $(date +%N); exit 1", restart="OnFailure")
@@ -261,5 +262,5 @@ def test_crashing_containers_restart_with_back_off(
     assert status.restart_count >= 1
     assert status.last_state.terminated.exit_code == 1
     assert core.read_namespaced_pod("crasher", namespace).status.phase == "Running"
-    previous = kubectl(local_cluster, "logs", "--previous", "-n", namespace, "crasher")
+    previous = kube.kubectl("logs", "--previous", "-n", namespace, "crasher")
     assert previous.startswith("run ")

@@ -51,14 +51,6 @@ class Namespace:
         self.custom = client.CustomObjectsApi(api)
         self.rbac = client.RbacAuthorizationV1Api(api)
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [str(ROOT / ".cache" / "bin" / "kubectl"), f"--kubeconfig={self.cluster.kubeconfig}",
-                   "-n", self.name, *args]
-        result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
-        return result
-
     def apply(self, *manifests: dict[str, Any]) -> None:
         """Creates the objects, or replaces a PersistentPipeline's spec if it exists."""
         for manifest in manifests:

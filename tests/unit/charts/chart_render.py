@@ -10,9 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.kubectl import KubeCommands
+
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "persistent-pipelines"
-HELM = ROOT / ".cache" / "bin" / "helm"
+# No cluster: helm template and lint only read the chart.
+OFFLINE = KubeCommands.for_repo(kubeconfig=None)
+HELM = OFFLINE.binary("helm")
 
 Manifest = dict[str, Any]
 
@@ -47,8 +51,7 @@ def helm(*args: str, values: dict[str, Any] | None = None) -> subprocess.Complet
     if not HELM.exists():
         pytest.skip("helm is not built yet: run make bins")
     # -f - reads the values from stdin; JSON is YAML.
-    return subprocess.run([str(HELM), *args, "-f", "-"], input=json.dumps(values or {}),
-                          capture_output=True, text=True, timeout=60)
+    return OFFLINE.run("helm", *args, "-f", "-", stdin=json.dumps(values or {}), timeout=60)
 
 
 def render(values: dict[str, Any] | None = None, *, namespace: str = "pp-system",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -75,3 +76,18 @@ def test_the_chart_and_the_crd_name_the_same_images_and_version() -> None:
     assert spec["properties"]["image"]["default"] == f"{SPARK_APP}:{chart['appVersion']}"
     project = (ROOT / "pyproject.toml").read_text()
     assert f'version = "{chart["appVersion"]}"' in project
+
+
+def test_the_images_carry_neither_localcluster_nor_the_dev_group() -> None:
+    """localcluster is a development tool (its own workspace member, in the dev group only):
+    the build context keeps it out, and the product's wheel does not package it."""
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    let_in = [line.removeprefix("!").strip("/") for line in ignore if line.startswith("!")]
+    assert not [path for path in let_in if path.split("/")[0] in ("localcluster", "demo", "tests")], let_in
+    assert "COPY localcluster" not in DOCKERFILE
+    assert "uv sync --no-dev" in stage("spark-app-venv") and "uv export --no-dev" in stage("operator-venv")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "localcluster" not in project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    assert "localcluster" not in project["project"]["scripts"]
+    assert "localcluster" in project["dependency-groups"]["dev"]
+    assert "localcluster" not in " ".join(project["project"]["dependencies"])

@@ -65,7 +65,7 @@ def root_of(s: PipelineSpec, memory: Memory | None = None) -> str:
 def driver(s: PipelineSpec, *, epoch: int = 1, uid: str = "pod-1", phase: str = "Running",
            started_at: float | None = NOW - 30, created_at: float = NOW - 40, **fields: Any) -> DriverPod:
     """A driver pod launched from ``s`` (its annotations match the spec)."""
-    pod = DriverPod(name=names.driver_pod_name(NAME), uid=uid, epoch=epoch, spec_hash=s.pod_hash(),
+    pod = DriverPod(name=names.driver_pod_name(NAME), uid=uid, epoch=epoch, spec_hash=s.pod_hash,
                     restart_nonce=s.restart_nonce, state_root=root_of(s), created_at=created_at, phase=phase,
                     started_at=started_at if phase == "Running" else None)
     return replace(pod, **fields)
@@ -89,14 +89,14 @@ def observed(s: PipelineSpec | None, memory: Memory | None = None, **fields: Any
 
 def launched(s: PipelineSpec, epoch: int = 1, **fields: Any) -> Memory:
     """The memory right after launching epoch ``epoch`` of ``s`` (driver not yet adopted)."""
-    return Memory(phase="Starting", epoch=epoch, state_root=root_of(s), applied_hash=s.pod_hash(),
+    return Memory(phase="Starting", epoch=epoch, state_root=root_of(s), applied_hash=s.pod_hash,
                   stateless_generation=1 if s.upgrade_mode == "stateless" else 0, **fields)
 
 
 def pod_json(s: PipelineSpec, *, epoch: int = 1, uid: str = "pod-1", status: dict[str, Any] | None = None,
              report_json: dict[str, Any] | None = None, deleting: bool = False) -> dict[str, Any]:
     """A driver pod as the API server returns it."""
-    annotations = {names.ANNOTATION_EPOCH: str(epoch), names.ANNOTATION_SPEC_HASH: s.pod_hash(),
+    annotations = {names.ANNOTATION_EPOCH: str(epoch), names.ANNOTATION_SPEC_HASH: s.pod_hash,
                    names.ANNOTATION_RESTART_NONCE: s.restart_nonce, names.ANNOTATION_STATE_ROOT: root_of(s)}
     if report_json is not None:
         annotations["sparkapp.dev/status"] = json.dumps(report_json)

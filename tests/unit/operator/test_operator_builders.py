@@ -105,7 +105,7 @@ def test_the_driver_pod_is_named_labelled_annotated_and_owned() -> None:
     meta = pod["metadata"]
     assert (meta["name"], meta["namespace"]) == ("wc-driver", NAMESPACE) and meta["ownerReferences"] == [OWNER]
     assert meta["labels"][names.LABEL_PIPELINE] == NAME and meta["labels"][names.LABEL_ROLE] == "driver"
-    assert meta["annotations"] == {names.ANNOTATION_EPOCH: "4", names.ANNOTATION_SPEC_HASH: s.pod_hash(),
+    assert meta["annotations"] == {names.ANNOTATION_EPOCH: "4", names.ANNOTATION_SPEC_HASH: s.pod_hash,
                                    names.ANNOTATION_RESTART_NONCE: "n1",
                                    names.ANNOTATION_STATE_ROOT: "pvc://state/team/wc"}
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["terminationGracePeriodSeconds"] == 30

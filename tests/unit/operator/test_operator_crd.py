@@ -106,12 +106,3 @@ def test_what_the_operator_writes_in_status_fits_the_status_schema() -> None:
     first = next_action(observed(spec()), TUNABLES).memory
     assert unknown_fields(SCHEMA["properties"]["status"], render(first, name=NAME, generation=1, previous={},
                                                                  now=0.0)) == []
-
-
-def test_the_charts_copy_of_the_crd_does_not_drift() -> None:
-    copies = [p for p in (ROOT / "charts").rglob(f"{names.PLURAL}.{names.GROUP}.yaml")] if (ROOT / "charts").exists() \
-        else []
-    if not copies:
-        pytest.skip("no chart has copied the CRD yet")
-    for copy_path in copies:
-        assert list(yaml.safe_load_all(copy_path.read_text())) == [CRD], f"{copy_path} drifted from crds/"

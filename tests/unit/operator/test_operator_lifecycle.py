@@ -46,7 +46,7 @@ def test_a_new_pipeline_launches_epoch_1_with_its_state_root() -> None:
     d = decide(S)
     assert d.action == Launch(epoch=1, state_root="pvc://state/team/wc")
     assert d.memory.phase == "Starting" and d.memory.epoch == 1
-    assert d.memory.state_root == "pvc://state/team/wc" and d.memory.applied_hash == S.pod_hash()
+    assert d.memory.state_root == "pvc://state/team/wc" and d.memory.applied_hash == S.pod_hash
     assert reasons(d) == ["Created"] and d.restart_reason == "" and d.memory.restarts_total == 0
     assert condition(d, "Progressing") == ("True", "DriverStarting")
 

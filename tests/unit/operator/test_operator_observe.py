@@ -8,11 +8,12 @@ from pipeline_operator.observe import (
     DriverReport,
     QueryReport,
     driver_pod,
+    format_time,
     parse_report,
+    parse_time,
     pod_phase,
     stale_epoch_in,
 )
-from pipeline_operator.status import parse_time
 from ppl_factories import pod_json, spec
 
 from spark_app import contract
@@ -29,8 +30,8 @@ def test_a_running_driver_pod_with_its_report() -> None:
         {"name": "driver", "state": {"running": {"startedAt": "2027-01-15T08:00:10Z"}}}]}
     pod = driver_pod(pod_json(S, epoch=2, status=status, report_json=REPORT))
     assert (pod.name, pod.uid, pod.epoch, pod.phase) == ("wc-driver", "pod-1", 2, "Running")
-    assert pod.spec_hash == S.pod_hash() and pod.state_root == "pvc://state/team/wc" and not pod.terminating
-    assert pod.started_at == parse_time("2027-01-15T08:00:10Z") and pod.created_at == parse_time("2027-01-15T08:00:00Z")
+    assert pod.spec_hash == S.pod_hash and pod.state_root == "pvc://state/team/wc" and not pod.terminating
+    assert pod.started_at == 1_800_000_010.0 and pod.created_at == 1_800_000_000.0
     assert not pod.ended and pod.exit_code is None
     assert pod.report == DriverReport(epoch=2, stored_epoch=1, state="running", reported_at=1_800_000_000.5, queries={
         "counts": QueryReport(batch=4, commit_time_ms=1_800_000_000_000, offsets={"words": {"files": 3}},
@@ -74,3 +75,13 @@ def test_a_malformed_report_is_ignored() -> None:
 def test_pod_phase() -> None:
     assert pod_phase(None) is None and pod_phase({"status": {}}) == "Pending"
     assert pod_phase({"status": {"phase": "Succeeded"}}) == "Succeeded"
+
+
+def test_times_are_rfc3339_in_utc_with_milliseconds_or_whole_seconds() -> None:
+    """One format for status, conditions and messages, as Kubernetes writes its own times."""
+    assert format_time(1_800_000_000.125) == "2027-01-15T08:00:00.125Z"
+    assert format_time(1_800_000_000.125, fraction=False) == "2027-01-15T08:00:00Z"
+    assert parse_time("2027-01-15T08:00:00.125Z") == 1_800_000_000.125
+    assert parse_time("2027-01-15T08:00:00Z") == parse_time("2027-01-15T08:00:00.000Z") == 1_800_000_000.0
+    assert parse_time(format_time(1_800_000_000.5)) == 1_800_000_000.5
+    assert parse_time(None) is None and parse_time("") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
+from functools import cached_property
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from pipeline_operator.errors import Conflict
 from pipeline_operator.metrics import Metrics
 from pipeline_operator.reconcile import Reconciler
 from pipeline_operator.settings import Settings
-from pipeline_operator.spec import Prerequisite
+from pipeline_operator.spec import PipelineSpec, Prerequisite
 from ppl_factories import NAME, NAMESPACE, NOW, S3_SPEC, UID, raw
 
 from spark_app import contract
@@ -108,6 +109,28 @@ def test_a_new_pipeline_records_its_epoch_before_creating_the_service_and_pod(me
     pod = kube.pods["wc-driver"]
     assert pod["metadata"]["annotations"][names.ANNOTATION_EPOCH] == "1"
     assert pod["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+def test_a_launch_computes_the_pod_hash_once_for_the_decision_and_the_pod(
+        metrics: Metrics, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stateless, a launch reads the hash three times: the new generation, the hash it
+    records, the pod's annotation. One pass parses the spec once and digests it once."""
+    digests: list[str] = []
+    digest = PipelineSpec.pod_hash.func
+
+    def counted(spec: PipelineSpec) -> str:
+        digests.append(spec.name)
+        return digest(spec)
+
+    counting = cached_property(counted)
+    counting.__set_name__(PipelineSpec, "pod_hash")
+    monkeypatch.setattr(PipelineSpec, "pod_hash", counting)
+    kube = FakeKube(raw(upgradeMode="stateless"))
+    reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
+    assert kube.calls[-1] == "create_pod wc-driver" and digests == [NAME]
+    assert kube.resource is not None and kube.resource["status"]["persistence"]["root"].endswith("/generations/1")
+    recorded = kube.resource["status"]["persistence"]["appliedHash"]
+    assert kube.pods["wc-driver"]["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH] == recorded
 
 
 def test_a_conflicting_status_write_acts_on_nothing(metrics: Metrics) -> None:

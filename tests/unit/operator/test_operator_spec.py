@@ -126,7 +126,7 @@ def test_credentials_from_a_secret_are_fine_in_env() -> None:
     {"persistence__filesystem__claimName": "other"}, {"driver": {"podTemplate": {"spec": {"nodeSelector": {"a": "b"}}}}},
 ])
 def test_the_pod_hash_changes_with_what_shapes_the_pod(changes: dict[str, object]) -> None:
-    assert spec(**changes).pod_hash() != spec().pod_hash()
+    assert spec(**changes).pod_hash != spec().pod_hash
 
 
 @pytest.mark.parametrize("changes", [
@@ -135,7 +135,7 @@ def test_the_pod_hash_changes_with_what_shapes_the_pod(changes: dict[str, object
     {"driver": {"stuckAfterSeconds": 5}}, {"upgradeMode": "stateless"},
 ])
 def test_the_pod_hash_ignores_what_does_not(changes: dict[str, object]) -> None:
-    assert spec(**changes).pod_hash() == spec().pod_hash()
+    assert spec(**changes).pod_hash == spec().pod_hash
 
 
 def test_source_bounds_and_the_outage_budget_reach_the_driver() -> None:

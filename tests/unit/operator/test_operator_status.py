@@ -4,8 +4,8 @@ on), conditions keep their transition times, and nothing in it grows without bou
 from __future__ import annotations
 
 from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart
-from pipeline_operator.observe import QueryReport
-from pipeline_operator.status import format_time, parse_time, read_memory, render
+from pipeline_operator.observe import QueryReport, format_time
+from pipeline_operator.status import read_memory, render
 from ppl_factories import NAME, NOW
 
 CONDITIONS = (
@@ -58,8 +58,3 @@ def test_conditions_keep_their_transition_time_until_their_status_changes() -> N
 def test_an_unchanged_memory_renders_an_identical_status() -> None:
     first = render(RICH_MEMORY, name=NAME, generation=3, previous={}, now=NOW)
     assert render(read_memory(first), name=NAME, generation=3, previous=first, now=NOW + 5) == first
-
-
-def test_times_keep_milliseconds() -> None:
-    assert parse_time(format_time(NOW + 0.125)) == NOW + 0.125
-    assert parse_time("2027-01-15T08:00:00Z") == parse_time("2027-01-15T08:00:00.000Z")
