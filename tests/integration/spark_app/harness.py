@@ -72,21 +72,27 @@ class Driver:
         assert self.process is not None
         os.killpg(self.process.pid, signal.SIGCONT)
 
-    def rss_bytes(self) -> int:
-        """The resident memory of every process of the driver (its process group) together."""
+    def rss_bytes(self) -> dict[str, int]:
+        """The resident memory of each process of the driver (its process group), by pid
+        and command: the driver's Python, its JVM, Spark's Python workers."""
         assert self.process is not None
-        total = 0
+        found = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
                 with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
+                    head, _, rest = handle.read().rpartition(")")
+                fields = rest.split()
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    command = handle.read().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
             if int(fields[2]) == self.process.pid:  # field 5: the process group
-                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: rss in pages
-        return total
+                kind = "jvm" if "java" in head else ("driver" if int(entry) == self.process.pid else
+                                                     "python " + command.split(" -m ")[-1].split()[0][:40])
+                found[f"{entry} {kind}"] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: rss
+        return found
 
     def count_in_output(self, text: str) -> int:
         return self.output().count(text)

@@ -48,12 +48,16 @@ def test_a_backlog_of_twenty_batches_drains_in_bounded_batches(fs_workspace: Wor
                                                  "spark.driver.memory": "1g"})},
     ).start()
     peak = 0
+    peaks: dict[str, int] = {}
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, driver.rss_bytes())
+            now = driver.rss_bytes()
+            peak = max(peak, sum(now.values()))
+            for name, rss in now.items():
+                peaks[name] = max(peaks.get(name, 0), rss)
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -65,7 +69,8 @@ def test_a_backlog_of_twenty_batches_drains_in_bounded_batches(fs_workspace: Wor
         sampler.join()
     batches = driver.count_in_output("query counts_jsonlines: committed batch")
     print(f"backlog {backlog / 2**20:.1f} MiB in {batches} batches; peak RSS of the driver's processes "
-          f"{peak / 2**20:.0f} MiB")
+          f"together {peak / 2**20:.0f} MiB; each: " +
+          ", ".join(f"{name} {rss / 2**20:.0f} MiB" for name, rss in sorted(peaks.items())))
     assert batches >= 20
     table = fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",))
     assert {k[0]: v["count"] for k, v in table.items()} == counts
