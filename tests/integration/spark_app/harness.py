@@ -72,9 +72,10 @@ class Driver:
         assert self.process is not None
         os.killpg(self.process.pid, signal.SIGCONT)
 
-    def rss_bytes(self) -> dict[str, int]:
-        """The resident memory of each process of the driver (its process group), by pid
-        and command: the driver's Python, its JVM, Spark's Python workers."""
+    def memory_bytes(self) -> dict[str, int]:
+        """The memory of each process of the driver (its process group), by pid and kind:
+        the driver's Python, its JVM, Spark's Python workers. Proportional (PSS): a page
+        that forked workers share counts once in their sum, not once per process."""
         assert self.process is not None
         found = {}
         for entry in os.listdir("/proc"):
@@ -89,9 +90,9 @@ class Driver:
             except OSError:
                 continue
             if int(fields[2]) == self.process.pid:  # field 5: the process group
-                kind = "jvm" if "java" in head else ("driver" if int(entry) == self.process.pid else
-                                                     "python " + command.split(" -m ")[-1].split()[0][:40])
-                found[f"{entry} {kind}"] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: rss
+                words = command.split(" -m ")[-1].split() or ["(exiting)"]
+                kind = "jvm" if "java" in head else ("driver" if int(entry) == self.process.pid else words[0][:40])
+                found[f"{entry} {kind}"] = _pss(entry)
         return found
 
     def count_in_output(self, text: str) -> int:
@@ -116,6 +117,17 @@ class Driver:
                 )
             time.sleep(0.2)
         raise AssertionError(f"driver did not log {text!r} within {timeout}s:\n{self.output()[-3000:]}")
+
+
+def _pss(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            for line in handle:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def write_csv(folder: Path, name: str, header: str, rows: list[str]) -> None:

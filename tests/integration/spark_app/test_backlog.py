@@ -54,7 +54,7 @@ def test_a_backlog_of_twenty_batches_drains_in_bounded_batches(fs_workspace: Wor
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            now = driver.rss_bytes()
+            now = driver.memory_bytes()
             peak = max(peak, sum(now.values()))
             for name, rss in now.items():
                 peaks[name] = max(peaks.get(name, 0), rss)
@@ -68,11 +68,11 @@ def test_a_backlog_of_twenty_batches_drains_in_bounded_batches(fs_workspace: Wor
         done.set()
         sampler.join()
     batches = driver.count_in_output("query counts_jsonlines: committed batch")
-    print(f"backlog {backlog / 2**20:.1f} MiB in {batches} batches; peak RSS of the driver's processes "
+    print(f"backlog {backlog / 2**20:.1f} MiB in {batches} batches; peak memory (PSS) of the driver's processes "
           f"together {peak / 2**20:.0f} MiB; each: " +
           ", ".join(f"{name} {rss / 2**20:.0f} MiB" for name, rss in sorted(peaks.items())))
     assert batches >= 20
     table = fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",))
     assert {k[0]: v["count"] for k, v in table.items()} == counts
-    # A 1 GiB driver heap, Spark's Python workers and the driver's Python: well under 2 GiB.
+    # A 1 GiB driver heap, Spark's Python workers and the driver's Python: within a 2 GiB pod.
     assert peak < 2 * 2**30
