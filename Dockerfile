@@ -67,10 +67,10 @@ ENV JAVA_HOME=/opt/java/openjdk \
     SPARK_APP_CLASS_ARCHIVES=/opt/spark-app/class-archives \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
-# The driver JVM's class archive (spark_app/runtime/class_archive.py), recorded by running a
+# The driver JVM's class archive (spark_app/runtime/jvm/class_archive.py), recorded by running a
 # small pipeline once at build time: drivers then start about 5 s sooner. If this JVM cannot
 # record one, the step says so and drivers start without it.
-RUN python -m spark_app.runtime.class_archive
+RUN python -m spark_app.runtime.jvm.class_archive
 # Pipeline files (application.file) are relative to it: examples/wordcount.py.
 WORKDIR /opt/spark-app
 # Spark's scratch space (spark.local.dir) and the executors' working directories (they

@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 from spark_app import contract
-from spark_app.runtime.worker_python import worker_python
+from spark_app.runtime.jvm.worker_python import worker_python
 
 
 def run_pipeline(target: str, args: list[str], module: bool = False) -> int:

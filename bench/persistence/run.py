@@ -26,14 +26,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import REPO, SPARK_CONF, progress, run_process, spark_app, write_results  # noqa: E402
-from spark_app.runtime import class_archive  # noqa: E402
-from spark_app.runtime.session import jars_dir  # noqa: E402
-from spark_app.runtime.worker_python import worker_python  # noqa: E402
+from spark_app.runtime.jvm import class_archive  # noqa: E402
+from spark_app.runtime.jvm.jars import jars_dir  # noqa: E402
+from spark_app.runtime.jvm.worker_python import worker_python  # noqa: E402
 
 ROWS_PER_FILE = 50_000
 # The baseline runs as a user would write it, and once more with what spark_app does to
-# start a driver sooner (spark_app.runtime.worker_python, the Python launcher of Spark's
-# workers, and spark_app.runtime.class_archive, the JVM's class archive), so that the report
+# start a driver sooner (spark_app.runtime.jvm.worker_python, the Python launcher of Spark's
+# workers, and spark_app.runtime.jvm.class_archive, the JVM's class archive), so that the report
 # separates those from the cost of persistence itself.
 RUNNERS = ("spark_app", "baseline", "baseline_with_start_up_aids")
 VOCABULARY = 20_000

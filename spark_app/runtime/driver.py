@@ -1,54 +1,37 @@
-"""Running a declared pipeline: one Spark streaming query per output, one commit per batch.
+"""Running a declared pipeline: opening its state, one Spark streaming query per output
+(each batch committed by spark_app.runtime.commit), supervising them, reporting, stopping.
 
-For each batch of each query, in Spark's foreachBatch:
-
-1. If the metadata log already holds this batch's commit, the batch is a replay (the
-   driver died after committing but before Spark recorded the batch): nothing is written.
-2. The output writes the batch durably at its committed position, cutting off anything
-   a crashed attempt left beyond it.
-3. The commit record (the sources' offsets from Spark's offset log, the output's new
-   position, the malformed-row counters) is appended to the metadata log. This is the
-   commit: a restart resumes from the newest one.
-4. The output releases what it held for the batch; Spark then records the batch in its
-   own commit log and moves on.
-
-A driver superseded by a higher epoch fails at step 3 (or earlier, at the fencing
-check) and exits without committing. SIGTERM lets the batch in flight finish, then
-stops; a batch that cannot finish in time is abandoned and replayed by the next driver.
+A query whose failure may be transient (a storage outage) is restarted from its last
+commit, for the outage budget; any other failure ends the driver with an exit code of
+spark_app.contract, which the operator reads. SIGTERM lets the batch in flight finish,
+then stops; a batch that cannot finish in time is abandoned and replayed by the next
+driver. A driver superseded by a higher epoch stops without committing (Fenced).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
-from spark_app.faults import (
-    AFTER_COMMIT,
-    AFTER_OUTPUT,
-    AFTER_SNAPSHOT_COMMIT,
-    AFTER_SNAPSHOT_WRITE,
-    IN_RECOVERY,
-    crash_point,
-)
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.file_source import SourceOrderChanged, count_dead_letters
-from spark_app.runtime.outputs import Batch, OutputContext, OutputDamaged, Written
-from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec
+from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints
+from spark_app.runtime.jvm.session import spark_conf
+from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
-from spark_app.runtime.session import spark_conf
-from spark_app.state.file_index import FileIndex, IndexCorrupted
+from spark_app.runtime.sinks.base import OutputDamaged
+from spark_app.runtime.sources.files import SourceOrderChanged
+from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
 from spark_app.state.records import QueryHead
@@ -61,7 +44,7 @@ from spark_app.state.session import (
     StateOwnedElsewhere,
     StateSession,
 )
-from spark_app.storage import NotFound, RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable, join
+from spark_app.storage import RetryPolicy, StorageMisconfigured, StorageUnavailable
 
 log = logging.getLogger("spark_app")
 
@@ -79,15 +62,9 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (LogCorrupted, contract.EXIT_MISCONFIGURED),
     (LeaseDamaged, contract.EXIT_MISCONFIGURED),
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
+    (StateDamaged, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
 ]
-
-
-class StateDamaged(Exception):
-    """The metadata log and Spark's checkpoint disagree (part of the state was deleted)."""
-
-
-_EXIT_CODES.append((StateDamaged, contract.EXIT_MISCONFIGURED))
 
 
 @dataclass(frozen=True)
@@ -162,7 +139,7 @@ class Driver:
                                           log_retained=config.log_retained)
         self.report()
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
-        _check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
+        check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         dead_letter = Backend.from_uri(
             config.dead_letter_uri or self._pipeline.default_dead_letter(),
             endpoint_url=config.snapshot_storage.endpoint_url, region=config.snapshot_storage.region,
@@ -394,148 +371,6 @@ class _Restarts:
     since: float = 0.0
 
 
-class BatchHandler:
-    """Spark's foreachBatch callback for one query: the per-batch commit protocol."""
-
-    def __init__(self, name: str, spec: QuerySpec, driver: Driver, snapshots: Storage,
-                 dead_letter: Backend) -> None:
-        self._name = name
-        self._spec = spec
-        self._driver = driver
-        self._snapshots = snapshots
-        self._dead_letter = dead_letter
-        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after) for pid in spec.sources}
-        self._last_commit = 0.0
-        self._last_snapshot = time.monotonic()
-        self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
-
-    def recover(self) -> None:
-        """Aligns the sink with the last commit, then commits the sink's start-up work (an
-        iterate operator checking its stored fixed point) as its own record."""
-        head = self._driver.session.heads.get(self._name)
-        sink = self._spec.sink
-        session = self._driver.session
-        sink.recover(head, OutputContext(session.epoch, session.state_id, self._snapshots, session.check_not_fenced))
-        crash_point(IN_RECOVERY)
-        written = sink.start(int(time.time() * 1000))
-        if written is not None:
-            self._commit(written, head, head.batch if head else -1, int(time.time() * 1000),
-                         head.offsets if head else {}, kind="start")
-
-    def committed_since(self, moment: float) -> bool:
-        return self._last_commit > moment
-
-    def caught_up(self) -> bool:
-        head = self._driver.session.heads.get(self._name)
-        for pid, index in self._indexes.items():
-            index.reload()
-            done = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            if done < len(index):
-                return False
-        return True
-
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        try:
-            self._handle(df, batch_id)
-        except BaseException as error:
-            self._driver.record_fatal(error)
-            raise
-
-    def _handle(self, df: DataFrame, batch_id: int) -> None:
-        session = self._driver.session
-        head = session.heads.get(self._name)
-        if head is not None and batch_id <= head.batch:
-            # The outputs have this batch already; the batch still runs, because Spark
-            # commits the stateful operators' new state version only when the batch's plan
-            # executes (and refuses to move on otherwise: STATE_STORE_COMMIT_VALIDATION_FAILED).
-            log.info("query %s: batch %d is already committed; replaying it without output", self._name, batch_id)
-            df.write.format("noop").mode("overwrite").save()
-            return
-        batch_time_ms, offsets = self._read_offsets(batch_id)
-        session.check_not_fenced()
-        try:
-            written = self._spec.sink.write(Batch(batch_id, batch_time_ms, df))
-        except BaseException:
-            self._spec.sink.aborted()
-            raise
-        crash_point(AFTER_OUTPUT, batch_id)
-        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
-        log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
-        self._maybe_snapshot(new_head)
-
-    def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
-                offsets: dict[str, Any], kind: str = "commit") -> QueryHead:
-        new_head = QueryHead(
-            batch=batch_id,
-            batch_time_ms=batch_time_ms,
-            commit_time_ms=int(time.time() * 1000),
-            offsets=offsets,
-            outputs={**(head.outputs if head else {}), **written.outputs},
-            sources=self._counters(head, offsets) if kind == "commit" else (head.sources if head else {}),
-            iterate=written.iterate if written.iterate is not None else (head.iterate if head else None),
-        )
-        try:
-            self._driver.commit(self._name, new_head, kind)
-        except BaseException:
-            self._spec.sink.aborted()
-            raise
-        if kind == "commit":
-            crash_point(AFTER_COMMIT, batch_id)
-        self._spec.sink.committed(written)
-        self._last_commit = time.monotonic()
-        return new_head
-
-    def _maybe_snapshot(self, head: QueryHead) -> None:
-        if time.monotonic() - self._last_snapshot < self._driver.snapshot_interval_s:
-            return
-        self._last_snapshot = time.monotonic()
-        outputs = dict(head.outputs)
-        snapshotted = []
-        for output in self._spec.sink.outputs():
-            if output.name in outputs:
-                stored = output.snapshot(outputs[output.name], head.batch, self._snapshots)
-                if stored is not None:
-                    snapshotted.append((output, outputs[output.name]))
-                    outputs[output.name] = stored
-        if not snapshotted:
-            return
-        crash_point(AFTER_SNAPSHOT_WRITE, head.batch)
-        self._driver.commit(self._name, replace(head, outputs=outputs), kind="snapshot")
-        crash_point(AFTER_SNAPSHOT_COMMIT, head.batch)
-        for output, previous in snapshotted:  # only now is the previous snapshot no longer the one to load
-            output.snapshot_committed(previous, self._snapshots)
-
-    def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
-        key = join("checkpoints", self._name, "offsets", str(batch_id))
-        try:
-            lines = self._snapshots.read(key).decode().splitlines()
-        except NotFound:
-            raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}") from None
-        metadata = json.loads(lines[1])
-        offsets = {}
-        for line in lines[2:]:
-            if line and line != "-":
-                offset = json.loads(line)
-                offsets[offset["source"]] = offset
-        return int(metadata.get("batchTimestampMs", 0)), offsets
-
-    def _counters(self, head: QueryHead | None, offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
-        counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
-        for pid, offset in offsets.items():
-            start = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            end = int(offset["files"])
-            previous = counters.get(pid, {})
-            files = self._indexes[pid].files(start, end) if pid in self._indexes and end > start else []
-            set_aside = count_dead_letters(self._dead_letter, pid, files)
-            counters[pid] = {
-                "files": end,
-                "malformed": previous.get("malformed", 0) + set_aside.rows,
-                "file_problems": previous.get("file_problems", 0) + set_aside.files,
-            }
-        return counters
-
-
 def apply_runtime_conf(spark: SparkSession, conf: dict[str, str], requested: Mapping[str, str]) -> None:
     """Applies what can still change after the session started; warns about what the user
     ``requested`` but cannot take effect any more."""
@@ -549,15 +384,6 @@ def apply_runtime_conf(spark: SparkSession, conf: dict[str, str], requested: Map
         elif key in requested and started.get(key, value) != value:
             log.warning("Spark setting %s=%s takes effect only when set before the first source is read "
                         "(e.g. in %s); the session runs with %s", key, value, contract.SPARK_CONF, started[key])
-
-
-def _check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:
-    for name, head in heads.items():
-        if not snapshots.list(join("checkpoints", name, "offsets") + "/"):
-            raise StateDamaged(
-                f"the metadata log says output {name!r} committed batch {head.batch}, but Spark's checkpoint "
-                f"at {snapshots.spark_uri(join('checkpoints', name))} is gone; restore it, or reset the state"
-            )
 
 
 def write_termination_message(message: str) -> None:

@@ -18,17 +18,18 @@ import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.file_source import FORMAT_NAME, FileSource, input_option
-from spark_app.runtime.iterate.node import IterateSink, IterateSpec
-from spark_app.runtime.outputs import RESERVED_COLUMNS, DeltaOutput, JsonLinesOutput, Output, SingleSink, Sink
+from spark_app.runtime.jvm.session import build_session, spark_conf
 from spark_app.runtime.plan import PlanFacts, analyze
-from spark_app.runtime.session import build_session, spark_conf
+from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
+from spark_app.runtime.sinks.delta import DeltaOutput
+from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
+from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, input_option
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
 
 log = logging.getLogger("spark_app")
@@ -104,16 +105,16 @@ class Pipeline:
         self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend, df.schema.simpleString(), generated)
         return df
 
-    def add_output(self, kind: str, df: DataFrame | IterateTable, path: str, name: str | None,
+    def add_output(self, kind: str, df: DataFrame | FeedsOutputs, path: str, name: str | None,
                    key: list[str] | None, **options: Any) -> Output:
         name = name or re.sub(r"[^A-Za-z0-9_]+", "_", os.path.basename(path.rstrip("/"))).strip("_") or kind
         if name in self._output_names():
             raise PipelineError(f"two outputs are named {name!r}; pass name='...' to tell them apart")
-        if isinstance(df, IterateTable):
+        if isinstance(df, FeedsOutputs):
             if kind != "jsonlines":
-                raise PipelineError(f"output {name!r}: an iterate result can be written as JSON lines only")
+                raise PipelineError(f"output {name!r}: {df.describe()} can be written as JSON lines only")
             output = JsonLinesOutput(name, path, None)
-            df.sink.attach(df.table, output, df.columns)
+            df.attach(output)
             return output
         if not df.isStreaming:
             raise PipelineError(f"output {name!r} is given a static DataFrame; outputs take the "
@@ -135,17 +136,14 @@ class Pipeline:
             output = JsonLinesOutput(name, path, facts.key)
         else:
             output = DeltaOutput(name, path, facts.key, **options)
-        self.queries[name] = QuerySpec(SingleSink(output), df, facts, _source_ids(df))
+        self.queries[name] = QuerySpec(SingleSink(output), df, facts, source_ids(df))
         return output
 
-    def add_iterate(self, spec: IterateSpec, union: DataFrame | None) -> IterateSink:
-        if spec.persistent_id in self.queries or spec.persistent_id in self._output_names():
-            raise PipelineError(f"persistent_id {spec.persistent_id!r} is already used; give the iterate its own")
-        sink = IterateSink(spec, self.spark())
-        sources = _source_ids(union) if union is not None else ()
-        signature = (f"Iterate({spec.persistent_id})",)
-        self.queries[spec.persistent_id] = QuerySpec(sink, union, PlanFacts(signature, None), sources)
-        return sink
+    def add_query(self, name: str, query: QuerySpec) -> None:
+        """Registers a query that an operator of its own declares (an iterate)."""
+        if name in self.queries or name in self._output_names():
+            raise PipelineError(f"persistent_id {name!r} is already used; give the {query.sink.kind} its own")
+        self.queries[name] = query
 
     def _output_names(self) -> set[str]:
         return {o.name for q in self.queries.values() for o in q.sink.outputs()}
@@ -172,21 +170,19 @@ class Pipeline:
         return outputs[0].path.rstrip("/") + ".dead-letter"
 
 
-@dataclass(frozen=True)
-class IterateTable:
-    """An iterated table's result, as outputs take it."""
+@runtime_checkable
+class FeedsOutputs(Protocol):
+    """A table that feeds outputs by itself, with changes it computes (an iterate's result)
+    rather than through a streaming query of its own."""
 
-    sink: IterateSink
-    table: str
-    columns: tuple[str, ...] | None = None
+    def attach(self, output: Output) -> None:
+        """Gives ``output`` this table's changes."""
 
-    def select(self, *columns: str) -> IterateTable:
-        """Only these columns of the result reach the output; a change in the others (such
-        as bookkeeping the step keeps for itself) emits nothing."""
-        return IterateTable(self.sink, self.table, tuple(columns))
+    def describe(self) -> str:
+        """What it is, for messages: "an iterate result"."""
 
 
-def _source_ids(df: DataFrame) -> tuple[str, ...]:
+def source_ids(df: DataFrame) -> tuple[str, ...]:
     """The persistent ids of a query's sources, in the order Spark numbers them."""
     return tuple(dict.fromkeys(_RELATION_PID.findall("\n".join(n.simpleString(500) for n in _relations(df)))))
 

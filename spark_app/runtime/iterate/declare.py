@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -14,9 +15,31 @@ from spark_app.runtime.iterate.engine import Convergence, Delta, Step, fingerpri
 from spark_app.runtime.iterate.node import ROW, TABLE, IterateSink, IterateSpec
 from spark_app.runtime.iterate.policy import Kind
 from spark_app.runtime.iterate.store import DIFF
-from spark_app.runtime.pipeline import IterateTable, Pipeline, PipelineError
+from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec, source_ids
+from spark_app.runtime.plan import PlanFacts
+from spark_app.runtime.sinks.base import Output
 
 CHANGE_COLUMN = "diff"
+
+
+@dataclass(frozen=True)
+class IterateTable:
+    """An iterated table's result, as outputs take it (a ``FeedsOutputs`` of the pipeline)."""
+
+    sink: IterateSink
+    table: str
+    columns: tuple[str, ...] | None = None
+
+    def select(self, *columns: str) -> IterateTable:
+        """Only these columns of the result reach the output; a change in the others (such
+        as bookkeeping the step keeps for itself) emits nothing."""
+        return IterateTable(self.sink, self.table, tuple(columns))
+
+    def attach(self, output: Output) -> None:
+        self.sink.attach(self.table, output, self.columns)
+
+    def describe(self) -> str:
+        return "an iterate result"
 
 
 class IterateResult:
@@ -82,7 +105,10 @@ def declare(
     union = None
     for stream in streams:
         union = stream if union is None else union.unionByName(stream)
-    sink: IterateSink = pipeline.add_iterate(spec, union)
+    sink = IterateSink(spec, pipeline.spark())
+    sources = source_ids(union) if union is not None else ()
+    signature = (f"Iterate({spec.persistent_id})",)
+    pipeline.add_query(spec.persistent_id, QuerySpec(sink, union, PlanFacts(signature, None), sources))
     return IterateResult({name: IterateTable(sink, name) for name in iterated})
 
 

@@ -26,7 +26,7 @@ from spark_app.faults import IN_ITERATION, crash_point
 from spark_app.runtime.iterate.engine import Convergence, Step, max_change, run_fixed_point
 from spark_app.runtime.iterate.policy import Change, Decision, Kind, Mode, Stored, decide
 from spark_app.runtime.iterate.store import DIFF, IterateStore, TableRef, fold, locations, log_refs, netted
-from spark_app.runtime.outputs import Batch, Output, OutputContext, Sink, Written
+from spark_app.runtime.sinks.base import Batch, Output, OutputContext, Sink, Written
 from spark_app.state.records import QueryHead
 
 log = logging.getLogger("spark_app.iterate")
@@ -67,6 +67,8 @@ class _Cached:
 
 
 class IterateSink(Sink):
+    kind = "iterate"
+
     def __init__(self, spec: IterateSpec, spark: SparkSession) -> None:
         self.spec = spec
         self._spark = spark

@@ -23,8 +23,9 @@ from spark_app.persistence import Backend
 from spark_app.runtime.iterate.engine import Convergence, fingerprint
 from spark_app.runtime.iterate.node import IterateSink, IterateSpec
 from spark_app.runtime.iterate.policy import Kind
-from spark_app.runtime.outputs import Batch, JsonLinesOutput, OutputContext
-from spark_app.runtime.session import build_session, spark_conf
+from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.sinks.base import Batch, OutputContext
+from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.state.records import QueryHead
 from spark_app.storage import Storage
 from tests.integration.spark_app.harness import REPO, fold, read_changelog

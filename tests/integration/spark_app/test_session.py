@@ -12,8 +12,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.persistence import Backend
-from spark_app.runtime import class_archive
-from spark_app.runtime.session import build_session, jars_dir, spark_conf
+from spark_app.runtime.jvm import class_archive
+from spark_app.runtime.jvm.jars import jars_dir
+from spark_app.runtime.jvm.session import build_session, spark_conf
 
 pytestmark = pytest.mark.spark
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_app.runtime import class_archive
+from spark_app.runtime.jvm import class_archive
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 
 from spark_app.persistence import Backend
-from spark_app.runtime import file_source
-from spark_app.runtime.file_source import ReadPlan, count_dead_letters, dead_letter_key, read_files
-from spark_app.runtime.inputs import InputLocation
-from spark_app.runtime.parsing import CsvFormat
+from spark_app.runtime.sources import files as file_source
+from spark_app.runtime.sources.files import ReadPlan, count_dead_letters, dead_letter_key, read_files
+from spark_app.runtime.sources.inputs import InputLocation
+from spark_app.runtime.sources.parsing import CsvFormat
 from spark_app.storage import FileEntry
 
 WORDS = pa.schema([("word", pa.string()), ("n", pa.int32())])

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from spark_app.runtime.output_state import OutputState
+from spark_app.runtime.sinks.keyed_state import OutputState
 
 
 def test_changelog_replay_rebuilds_the_state() -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_app.runtime.outputs import JsonLinesOutput, OutputContext, OutputDamaged
+from spark_app.runtime.sinks.base import OutputContext, OutputDamaged
+from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.state.records import OutputHead, StagedBatch
 from spark_app.state.session import Fenced
 from spark_app.storage import FilesystemStorage

@@ -6,7 +6,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_app.runtime.parsing import CsvFormat, parse_csv, parse_jsonlines
+from spark_app.runtime.sources.parsing import CsvFormat, parse_csv, parse_jsonlines
 
 WORDS = pa.schema([("word", pa.string()), ("n", pa.int32())])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyspark
 
-from spark_app.runtime.worker_python import (
+from spark_app.runtime.jvm.worker_python import (
     LAUNCHER_NAME,
     installed_pyspark_dirs,
     without_bundled_copies,

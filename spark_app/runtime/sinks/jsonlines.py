@@ -1,9 +1,4 @@
-"""Outputs: where a query's batches go, written so that every batch lands exactly once.
-
-Each output takes part in the batch commit in three steps. ``write`` makes the batch's
-output durable but does not publish it; the driver then appends the commit record with
-the output's new head to the metadata log; ``committed`` finally publishes the batch and
-releases what was held for it. After a crash, ``recover`` starts from the committed head.
+"""A changelog in a JSON-lines file, written so that every batch lands exactly once.
 
 A JSON-lines output stages each batch in a file of its own beside the output
 (``.<name>.pending/e<epoch>-b<batch>.jsonl``) and copies it into the output only once
@@ -37,9 +32,7 @@ import functools
 import json
 import logging
 import os
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -47,135 +40,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_app.faults import AFTER_PUBLISH, crash_point
-from spark_app.runtime.output_state import OutputState
-from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead, StagedBatch
+from spark_app.runtime.sinks.base import Batch, Output, OutputContext, OutputDamaged
+from spark_app.runtime.sinks.keyed_state import OutputState
+from spark_app.state.records import OutputHead, OutputSnapshot, StagedBatch
 from spark_app.storage import NotFound, Storage, join
 
 log = logging.getLogger("spark_app")
 
-RESERVED_COLUMNS = ("time", "diff")
 _CHUNK = "chunk"
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One micro-batch as an output sees it."""
-
-    batch_id: int
-    time_ms: int
-    """The batch's logical time: Spark's batch timestamp, the same when the batch is replayed."""
-    df: DataFrame
-    changelog: bool = False
-    """The rows already carry their ``diff`` (an upstream operator computed the changes)."""
-
-
-@dataclass(frozen=True)
-class Written:
-    """What a batch wrote, to be committed: the outputs' new heads and, for an iterate
-    operator, its new stored state."""
-
-    outputs: dict[str, OutputHead]
-    iterate: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class OutputContext:
-    """What an output needs to know of the driver it runs in."""
-
-    epoch: int
-    state_id: str
-    """The stored state's identity (stable across drivers)."""
-    snapshots: Storage
-    fence: Callable[[], None] = lambda: None
-    """Raises ``Fenced`` if a newer driver has started: checked before changing a file
-    that a newer driver may already own."""
-
-
-class OutputDamaged(Exception):
-    """An output no longer matches its committed position (edited or deleted by hand)."""
-
-
-class Output(ABC):
-    def __init__(self, name: str, path: str, key: Sequence[str] | None) -> None:
-        self.name = name
-        self.path = path
-        self.key = tuple(key) if key is not None else None
-
-    @abstractmethod
-    def recover(self, head: OutputHead | None, context: OutputContext) -> None:
-        """Aligns the output with its last committed head (None: nothing committed yet)."""
-
-    @abstractmethod
-    def write(self, batch: Batch) -> OutputHead:
-        """Writes the batch durably and returns the head to commit; publishes nothing."""
-
-    def committed(self, head: OutputHead) -> None:
-        """The commit record holding ``head`` is durable: publish the batch."""
-
-    def aborted(self) -> None:
-        """The batch will not be committed by this driver."""
-
-    def snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> OutputHead | None:
-        """Stores a snapshot of the output's state, if it has any; returns the new head,
-        which the caller commits before calling ``snapshot_committed``."""
-        return None
-
-    def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
-        """The head naming the new snapshot is committed: what ``previous`` held can go."""
-
-    def close(self) -> None:
-        pass
-
-
-class Sink(ABC):
-    """What a query writes its batches to: one output, or an operator that feeds several
-    (see spark_app.runtime.iterate). The driver commits what ``write`` returns."""
-
-    @abstractmethod
-    def outputs(self) -> list[Output]:
-        """The outputs whose heads this sink's commits carry."""
-
-    @abstractmethod
-    def recover(self, head: QueryHead | None, context: OutputContext) -> None:
-        """Aligns with the query's last committed head (None: nothing committed yet)."""
-
-    @abstractmethod
-    def write(self, batch: Batch) -> Written:
-        """Writes a batch durably; publishes nothing until ``committed``."""
-
-    def start(self, batch_time_ms: int) -> Written | None:
-        """Work to commit before the first batch, if any (an iterate operator's check of
-        its stored fixed point after a restart)."""
-        return None
-
-    def committed(self, written: Written) -> None:
-        for output in self.outputs():
-            if output.name in written.outputs:
-                output.committed(written.outputs[output.name])
-
-    def aborted(self) -> None:
-        for output in self.outputs():
-            output.aborted()
-
-    def close(self) -> None:
-        for output in self.outputs():
-            output.close()
-
-
-class SingleSink(Sink):
-    """A query that feeds one output directly."""
-
-    def __init__(self, output: Output) -> None:
-        self.output = output
-
-    def outputs(self) -> list[Output]:
-        return [self.output]
-
-    def recover(self, head: QueryHead | None, context: OutputContext) -> None:
-        self.output.recover(head.outputs.get(self.output.name) if head else None, context)
-
-    def write(self, batch: Batch) -> Written:
-        return Written({self.output.name: self.output.write(batch)})
 
 
 class JsonLinesOutput(Output):
@@ -375,51 +247,6 @@ class JsonLinesOutput(Output):
     def close(self) -> None:
         if self._state is not None:
             self._state.close()
-
-
-class DeltaOutput(Output):
-    """The query's result as a Delta table: appended rows, or in update mode the current
-    row of every key (MERGE). Writes are idempotent through Delta's transaction ids
-    (txnAppId = this output in this state, txnVersion = the batch id), so a replayed
-    batch is skipped by Delta itself."""
-
-    def __init__(self, name: str, path: str, key: Sequence[str] | None, app_id: str = "",
-                 change_data_feed: bool = True) -> None:
-        super().__init__(name, path, key)
-        self._app_id = app_id
-        self._change_data_feed = change_data_feed
-        self._rows = 0
-
-    def recover(self, head: OutputHead | None, context: OutputContext) -> None:
-        self._app_id = self._app_id or f"spark_app-{context.state_id}-{self.name}"
-        self._rows = head.rows if head else 0
-
-    def write(self, batch: Batch) -> OutputHead:
-        from delta.tables import DeltaTable
-
-        spark = batch.df.sparkSession
-        count = batch.df.count()
-        if self.key is None or not DeltaTable.isDeltaTable(spark, self.path):
-            writer = (batch.df.write.format("delta").mode("append")
-                      .option("txnAppId", self._app_id).option("txnVersion", batch.batch_id))
-            if self._change_data_feed:
-                writer = writer.option("delta.enableChangeDataFeed", "true")
-            writer.save(self.path)
-        else:
-            spark.conf.set("spark.databricks.delta.write.txnAppId", self._app_id)
-            spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch.batch_id))
-            try:
-                condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.key)
-                (DeltaTable.forPath(spark, self.path).alias("t").merge(batch.df.alias("s"), condition)
-                 .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
-            finally:
-                spark.conf.unset("spark.databricks.delta.write.txnAppId")
-                spark.conf.unset("spark.databricks.delta.write.txnVersion")
-        version = DeltaTable.forPath(spark, self.path).history(1).collect()[0]["version"]
-        return OutputHead(position=int(version), rows=self._rows + count)
-
-    def committed(self, head: OutputHead) -> None:
-        self._rows = head.rows
 
 
 def _chunks(df: DataFrame, time_ms: int, mode: str, key: Sequence[str] | None = None,

@@ -8,21 +8,19 @@ the standard AWS variables), and the Python that workers run.
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from spark_app.persistence import Backend
-from spark_app.runtime import class_archive
-from spark_app.runtime.worker_python import worker_python
+from spark_app.runtime.jvm import class_archive
+from spark_app.runtime.jvm.jars import jars_dir
+from spark_app.runtime.jvm.worker_python import worker_python
 
 log = logging.getLogger("spark_app")
 
-JARS_DIR_ENV = "SPARK_APP_JARS_DIR"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
 
@@ -46,17 +44,6 @@ _DEFAULTS = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
 }
-
-
-def jars_dir() -> str:
-    """The folder of extra JVM packages: $SPARK_APP_JARS_DIR, else the repository's .cache/jars."""
-    folder = os.environ.get(JARS_DIR_ENV) or str(Path(__file__).resolve().parents[2] / ".cache" / "jars")
-    if not glob.glob(os.path.join(folder, "*.jar")):
-        raise RuntimeError(
-            f"no JVM packages found in {folder}: run `make jars`, or set {JARS_DIR_ENV} "
-            "to the folder holding Delta Lake and hadoop-aws"
-        )
-    return os.path.realpath(folder)
 
 
 def spark_conf(snapshot: Backend, snapshot_interval_ms: int, extra: Mapping[str, str]) -> dict[str, str]:
@@ -99,7 +86,7 @@ def s3a_conf(backend: Backend) -> dict[str, str]:
 def build_session(conf: Mapping[str, str]) -> SparkSession:
     """Starts (or returns) the process's SparkSession with ``conf``."""
     # Spark starts its Python workers with PYSPARK_PYTHON, and looks Python data sources up
-    # with PYSPARK_DRIVER_PYTHON; see spark_app.runtime.worker_python.
+    # with PYSPARK_DRIVER_PYTHON; see spark_app.runtime.jvm.worker_python.
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", worker_python())
     # On the class path rather than in spark.jars: spark.jars copies every jar (the AWS SDK

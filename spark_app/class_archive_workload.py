@@ -1,11 +1,11 @@
-"""The pipeline a class archive is recorded from (spark_app.runtime.class_archive).
+"""The pipeline a class archive is recorded from (spark_app.runtime.jvm.class_archive).
 
 A little of everything a driver loads classes for: the file sources (CSV and JSON lines,
 one malformed row), a stateful aggregation on the RocksDB state store, JSON-lines and
 Delta outputs, and an iterate fixed point with its Delta store. It runs to the end of its
 input, then ends its JVM and waits for it, because the JVM writes the archive as it exits.
 
-    python -m spark_app.runtime.class_archive_workload WORK_FOLDER
+    python -m spark_app.class_archive_workload WORK_FOLDER
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ case the driver loads its classes as usual. An archive is only ever used by the 
 and jars it was recorded with: its file name is a hash of both.
 
 ``make setup`` records the archive once per machine, into the user-level cache; run
-``python -m spark_app.runtime.class_archive`` to record one elsewhere (the folder comes
+``python -m spark_app.runtime.jvm.class_archive`` to record one elsewhere (the folder comes
 from $SPARK_APP_CLASS_ARCHIVES).
 """
 
@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from spark_app import contract
+from spark_app.runtime.jvm.jars import jars_dir
 
 log = logging.getLogger("spark_app")
 
@@ -37,7 +38,7 @@ ARCHIVES_ENV = "SPARK_APP_CLASS_ARCHIVES"
 def archives_folder() -> Path:
     """$SPARK_APP_CLASS_ARCHIVES, else the repository's .cache/class-archives."""
     configured = os.environ.get(ARCHIVES_ENV)
-    return Path(configured) if configured else Path(__file__).resolve().parents[2] / ".cache" / "class-archives"
+    return Path(configured) if configured else Path(__file__).resolve().parents[3] / ".cache" / "class-archives"
 
 
 def archive_path(jars: str, folder: Path | None = None) -> Path | None:
@@ -70,7 +71,7 @@ def create(target: Path) -> Path | None:
         logfile = Path(work) / "workload.log"
         with open(logfile, "wb") as out:
             result = subprocess.run(
-                [sys.executable, "-m", "spark_app.runtime.class_archive_workload", work],
+                [sys.executable, "-m", "spark_app.class_archive_workload", work],
                 env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
             )
         if result.returncode != 0 or not partial.is_file():
@@ -111,8 +112,6 @@ def _stat(path: str) -> str:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from spark_app.runtime.session import jars_dir
-
     target = archive_path(jars_dir())
     if target is None:
         log.warning("no java found (JAVA_HOME or PATH): no class archive recorded")

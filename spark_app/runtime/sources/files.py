@@ -32,8 +32,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_app.persistence import Backend
-from spark_app.runtime.inputs import InputLocation
-from spark_app.runtime.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
+from spark_app.runtime.sources.inputs import InputLocation
+from spark_app.runtime.sources.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
 from spark_app.state.file_index import FileIndex
 from spark_app.storage import FileEntry, NotFound, Storage, join
 

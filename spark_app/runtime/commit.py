@@ -1,0 +1,219 @@
+"""The per-batch commit protocol: Spark's foreachBatch callback of one query.
+
+For each batch:
+
+1. If the metadata log already holds this batch's commit, the batch is a replay (the
+   driver died after committing but before Spark recorded the batch): nothing is written,
+   but the batch's plan still runs, so that Spark commits its operators' state.
+2. The sink writes the batch durably without publishing it (a JSON-lines output stages
+   it beside the output; see spark_app.runtime.sinks).
+3. The commit record (the sources' offsets, read from Spark's offset log; the outputs'
+   new heads; the counters of what the sources set aside) is appended to the metadata
+   log. This is the commit: a restart resumes from the newest one. A superseded driver
+   fails here (or earlier, at the fence check) and publishes nothing.
+4. The sink publishes the batch and releases what it held; Spark then records the batch
+   in its own commit log and moves on. Now and then a snapshot of the outputs' state is
+   committed too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Protocol
+
+from pyspark.sql import DataFrame
+
+from spark_app.faults import (
+    AFTER_COMMIT,
+    AFTER_OUTPUT,
+    AFTER_SNAPSHOT_COMMIT,
+    AFTER_SNAPSHOT_WRITE,
+    IN_RECOVERY,
+    crash_point,
+)
+from spark_app.persistence import Backend
+from spark_app.runtime.pipeline import QuerySpec
+from spark_app.runtime.sinks.base import Batch, OutputContext, Written
+from spark_app.runtime.sources.files import count_dead_letters
+from spark_app.state.file_index import FileIndex
+from spark_app.state.records import QueryHead
+from spark_app.state.session import StateSession
+from spark_app.storage import NotFound, Storage, join
+
+log = logging.getLogger("spark_app")
+
+
+class StateDamaged(Exception):
+    """The metadata log and Spark's checkpoint disagree (part of the state was deleted)."""
+
+
+
+class Committer(Protocol):
+    """What a batch handler needs of the driver it runs in."""
+
+    @property
+    def session(self) -> StateSession: ...
+
+    @property
+    def snapshot_interval_s(self) -> float: ...
+
+    @property
+    def index_compact_after(self) -> int: ...
+
+    def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None: ...
+
+    def record_fatal(self, error: BaseException) -> None: ...
+
+
+class BatchHandler:
+    """Spark's foreachBatch callback for one query: the per-batch commit protocol."""
+
+    def __init__(self, name: str, spec: QuerySpec, driver: Committer, snapshots: Storage,
+                 dead_letter: Backend) -> None:
+        self._name = name
+        self._spec = spec
+        self._driver = driver
+        self._snapshots = snapshots
+        self._dead_letter = dead_letter
+        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after) for pid in spec.sources}
+        self._last_commit = 0.0
+        self._last_snapshot = time.monotonic()
+        self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
+
+    def recover(self) -> None:
+        """Aligns the sink with the last commit, then commits the sink's start-up work (an
+        iterate operator checking its stored fixed point) as its own record."""
+        head = self._driver.session.heads.get(self._name)
+        sink = self._spec.sink
+        session = self._driver.session
+        sink.recover(head, OutputContext(session.epoch, session.state_id, self._snapshots, session.check_not_fenced))
+        crash_point(IN_RECOVERY)
+        written = sink.start(int(time.time() * 1000))
+        if written is not None:
+            self._commit(written, head, head.batch if head else -1, int(time.time() * 1000),
+                         head.offsets if head else {}, kind="start")
+
+    def committed_since(self, moment: float) -> bool:
+        return self._last_commit > moment
+
+    def caught_up(self) -> bool:
+        head = self._driver.session.heads.get(self._name)
+        for pid, index in self._indexes.items():
+            index.reload()
+            done = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
+            if done < len(index):
+                return False
+        return True
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        try:
+            self._handle(df, batch_id)
+        except BaseException as error:
+            self._driver.record_fatal(error)
+            raise
+
+    def _handle(self, df: DataFrame, batch_id: int) -> None:
+        session = self._driver.session
+        head = session.heads.get(self._name)
+        if head is not None and batch_id <= head.batch:
+            # The outputs have this batch already; the batch still runs, because Spark
+            # commits the stateful operators' new state version only when the batch's plan
+            # executes (and refuses to move on otherwise: STATE_STORE_COMMIT_VALIDATION_FAILED).
+            log.info("query %s: batch %d is already committed; replaying it without output", self._name, batch_id)
+            df.write.format("noop").mode("overwrite").save()
+            return
+        batch_time_ms, offsets = self._read_offsets(batch_id)
+        session.check_not_fenced()
+        try:
+            written = self._spec.sink.write(Batch(batch_id, batch_time_ms, df))
+        except BaseException:
+            self._spec.sink.aborted()
+            raise
+        crash_point(AFTER_OUTPUT, batch_id)
+        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
+        log.info("query %s: committed batch %d (%s)", self._name, batch_id,
+                 ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
+        self._maybe_snapshot(new_head)
+
+    def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
+                offsets: dict[str, Any], kind: str = "commit") -> QueryHead:
+        new_head = QueryHead(
+            batch=batch_id,
+            batch_time_ms=batch_time_ms,
+            commit_time_ms=int(time.time() * 1000),
+            offsets=offsets,
+            outputs={**(head.outputs if head else {}), **written.outputs},
+            sources=self._counters(head, offsets) if kind == "commit" else (head.sources if head else {}),
+            iterate=written.iterate if written.iterate is not None else (head.iterate if head else None),
+        )
+        try:
+            self._driver.commit(self._name, new_head, kind)
+        except BaseException:
+            self._spec.sink.aborted()
+            raise
+        if kind == "commit":
+            crash_point(AFTER_COMMIT, batch_id)
+        self._spec.sink.committed(written)
+        self._last_commit = time.monotonic()
+        return new_head
+
+    def _maybe_snapshot(self, head: QueryHead) -> None:
+        if time.monotonic() - self._last_snapshot < self._driver.snapshot_interval_s:
+            return
+        self._last_snapshot = time.monotonic()
+        outputs = dict(head.outputs)
+        snapshotted = []
+        for output in self._spec.sink.outputs():
+            if output.name in outputs:
+                stored = output.snapshot(outputs[output.name], head.batch, self._snapshots)
+                if stored is not None:
+                    snapshotted.append((output, outputs[output.name]))
+                    outputs[output.name] = stored
+        if not snapshotted:
+            return
+        crash_point(AFTER_SNAPSHOT_WRITE, head.batch)
+        self._driver.commit(self._name, replace(head, outputs=outputs), kind="snapshot")
+        crash_point(AFTER_SNAPSHOT_COMMIT, head.batch)
+        for output, previous in snapshotted:  # only now is the previous snapshot no longer the one to load
+            output.snapshot_committed(previous, self._snapshots)
+
+    def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
+        key = join("checkpoints", self._name, "offsets", str(batch_id))
+        try:
+            lines = self._snapshots.read(key).decode().splitlines()
+        except NotFound:
+            raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}") from None
+        metadata = json.loads(lines[1])
+        offsets = {}
+        for line in lines[2:]:
+            if line and line != "-":
+                offset = json.loads(line)
+                offsets[offset["source"]] = offset
+        return int(metadata.get("batchTimestampMs", 0)), offsets
+
+    def _counters(self, head: QueryHead | None, offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
+        counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
+        for pid, offset in offsets.items():
+            start = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
+            end = int(offset["files"])
+            previous = counters.get(pid, {})
+            files = self._indexes[pid].files(start, end) if pid in self._indexes and end > start else []
+            set_aside = count_dead_letters(self._dead_letter, pid, files)
+            counters[pid] = {
+                "files": end,
+                "malformed": previous.get("malformed", 0) + set_aside.rows,
+                "file_problems": previous.get("file_problems", 0) + set_aside.files,
+            }
+        return counters
+
+
+def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:
+    for name, head in heads.items():
+        if not snapshots.list(join("checkpoints", name, "offsets") + "/"):
+            raise StateDamaged(
+                f"the metadata log says output {name!r} committed batch {head.batch}, but Spark's checkpoint "
+                f"at {snapshots.spark_uri(join('checkpoints', name))} is gone; restore it, or reset the state"
+            )

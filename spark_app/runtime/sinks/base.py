@@ -1,0 +1,148 @@
+"""What an output is, and how it takes part in a batch's commit.
+
+Each output takes part in the batch commit in three steps. ``write`` makes the batch's
+output durable but does not publish it; the driver then appends the commit record with
+the output's new head to the metadata log; ``committed`` finally publishes the batch and
+releases what was held for it. After a crash, ``recover`` starts from the committed head.
+A ``Sink`` is what a query's batches go to: one output, or an operator that feeds several
+(spark_app.runtime.iterate).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from spark_app.state.records import OutputHead, QueryHead
+from spark_app.storage import Storage
+
+RESERVED_COLUMNS = ("time", "diff")
+"""Columns a changelog output adds to every row."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch as an output sees it."""
+
+    batch_id: int
+    time_ms: int
+    """The batch's logical time: Spark's batch timestamp, the same when the batch is replayed."""
+    df: DataFrame
+    changelog: bool = False
+    """The rows already carry their ``diff`` (an upstream operator computed the changes)."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a batch wrote, to be committed: the outputs' new heads and, for an iterate
+    operator, its new stored state."""
+
+    outputs: dict[str, OutputHead]
+    iterate: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class OutputContext:
+    """What an output needs to know of the driver it runs in."""
+
+    epoch: int
+    state_id: str
+    """The stored state's identity (stable across drivers)."""
+    snapshots: Storage
+    fence: Callable[[], None] = lambda: None
+    """Raises ``Fenced`` if a newer driver has started: checked before changing a file
+    that a newer driver may already own."""
+
+
+class OutputDamaged(Exception):
+    """An output no longer matches its committed position (edited or deleted by hand)."""
+
+
+class Output(ABC):
+    def __init__(self, name: str, path: str, key: Sequence[str] | None) -> None:
+        self.name = name
+        self.path = path
+        self.key = tuple(key) if key is not None else None
+
+    @abstractmethod
+    def recover(self, head: OutputHead | None, context: OutputContext) -> None:
+        """Aligns the output with its last committed head (None: nothing committed yet)."""
+
+    @abstractmethod
+    def write(self, batch: Batch) -> OutputHead:
+        """Writes the batch durably and returns the head to commit; publishes nothing."""
+
+    def committed(self, head: OutputHead) -> None:
+        """The commit record holding ``head`` is durable: publish the batch."""
+
+    def aborted(self) -> None:
+        """The batch will not be committed by this driver."""
+
+    def snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> OutputHead | None:
+        """Stores a snapshot of the output's state, if it has any; returns the new head,
+        which the caller commits before calling ``snapshot_committed``."""
+        return None
+
+    def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
+        """The head naming the new snapshot is committed: what ``previous`` held can go."""
+
+    def close(self) -> None:
+        pass
+
+
+class Sink(ABC):
+    """What a query writes its batches to: one output, or an operator that feeds several
+    (see spark_app.runtime.iterate). The driver commits what ``write`` returns."""
+
+    kind = "output"
+    """What the sink is, for messages."""
+
+    @abstractmethod
+    def outputs(self) -> list[Output]:
+        """The outputs whose heads this sink's commits carry."""
+
+    @abstractmethod
+    def recover(self, head: QueryHead | None, context: OutputContext) -> None:
+        """Aligns with the query's last committed head (None: nothing committed yet)."""
+
+    @abstractmethod
+    def write(self, batch: Batch) -> Written:
+        """Writes a batch durably; publishes nothing until ``committed``."""
+
+    def start(self, batch_time_ms: int) -> Written | None:
+        """Work to commit before the first batch, if any (an iterate operator's check of
+        its stored fixed point after a restart)."""
+        return None
+
+    def committed(self, written: Written) -> None:
+        for output in self.outputs():
+            if output.name in written.outputs:
+                output.committed(written.outputs[output.name])
+
+    def aborted(self) -> None:
+        for output in self.outputs():
+            output.aborted()
+
+    def close(self) -> None:
+        for output in self.outputs():
+            output.close()
+
+
+class SingleSink(Sink):
+    """A query that feeds one output directly."""
+
+    def __init__(self, output: Output) -> None:
+        self.output = output
+
+    def outputs(self) -> list[Output]:
+        return [self.output]
+
+    def recover(self, head: QueryHead | None, context: OutputContext) -> None:
+        self.output.recover(head.outputs.get(self.output.name) if head else None, context)
+
+    def write(self, batch: Batch) -> Written:
+        return Written({self.output.name: self.output.write(batch)})
