@@ -3,7 +3,8 @@
 Everything spark_app relies on is set here, once: the JVM packages (Delta Lake,
 hadoop-aws, spark-hadoop-cloud), the RocksDB state store with changelog checkpointing,
 the snapshot interval, S3A settings for an S3 backend (without credentials: S3A reads
-the standard AWS variables), and the Python that workers run.
+the standard AWS variables), Delta's commits on S3 with put-if-absent, and the Python
+that workers run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ log = logging.getLogger("spark_app")
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
+# tools/jars/java/dev/sparkapp/delta/S3PutIfAbsentLogStore.java, compiled by `make jars`.
+DELTA_S3_LOG_STORE = "dev.sparkapp.delta.S3PutIfAbsentLogStore"
 
 _DEFAULTS = {
     "spark.master": "local[*]",
@@ -43,6 +46,13 @@ _DEFAULTS = {
     # the logs here are small, and 50 tasks cost seconds per read on a small driver.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    # A Delta version on s3a:// is committed by creating its log file only if absent (S3's
+    # If-None-Match: *), so two drivers cannot both commit it; Delta's own store for s3a
+    # checks, then writes (delta-io/delta#3596). The store needs S3A's conditional create
+    # (HADOOP-19256). In every session, not only those with S3 state: a pipeline may write
+    # a Delta table to S3 whatever its state backend.
+    "spark.delta.logStore.s3a.impl": DELTA_S3_LOG_STORE,
+    "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
 }
 
 
