@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_app.persistence import Backend
-from spark_app.runtime.session import build_session, spark_conf
+from spark_app.runtime.jvm.session import build_session, spark_conf
 
 ANSWER = "writer: "
 SETTINGS = {"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"}
