@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 import tempfile
 import warnings
@@ -36,13 +35,15 @@ def run(
     A failure ends the process with an exit code from ``spark_app.contract``.
     """
     _configure_logging()
-    config = persistence_config or _config_from_env()
-    if config.epoch is None and os.environ.get(contract.EPOCH):
+    pipeline = current()
+    environment = pipeline.environment
+    config = persistence_config or _config_from(environment)
+    if config.epoch is None and environment.epoch is not None:
         # The epoch belongs to whoever launched this process (the operator), not to the
         # pipeline's code, which may build its own Config.
-        config = dataclasses.replace(config, epoch=int(os.environ[contract.EPOCH]))
+        config = dataclasses.replace(config, epoch=environment.epoch)
     options = RunOptions(trigger_interval_ms=trigger_interval_ms, stop_when_idle=stop_when_idle)
-    code = Driver(current(), config, options).run()
+    code = Driver(pipeline, config, options).run()
     if code != contract.EXIT_OK:
         sys.exit(code)
 
@@ -79,14 +80,13 @@ def iterate(
     return declare(current(), step, persistent_id, limit, monotone, tolerance, key, invalidate, version, tables)
 
 
-def _config_from_env() -> Config:
-    if os.environ.get(contract.METADATA_URI):
-        return Config.from_env()
-    else:
-        folder = tempfile.mkdtemp(prefix="spark_app-state-")
-        warnings.warn(f"no persistence config given: state goes to {folder} and is lost when this process ends",
-                      stacklevel=3)
-        return Config.simple_config(Backend.filesystem(folder))
+def _config_from(environment: contract.DriverEnvironment) -> Config:
+    if environment.injected is not None:
+        return Config.injected(environment.injected)
+    folder = tempfile.mkdtemp(prefix="spark_app-state-")
+    warnings.warn(f"no persistence config given: state goes to {folder} and is lost when this process ends",
+                  stacklevel=3)
+    return Config.simple_config(Backend.filesystem(folder))
 
 
 def _configure_logging() -> None:

@@ -31,6 +31,21 @@ MAX_BYTES_PER_TRIGGER = "SPARK_APP_MAX_BYTES_PER_TRIGGER"
 # progress in an annotation on its own pod, which the operator watches.
 POD_NAME = "SPARK_APP_POD_NAME"
 POD_NAMESPACE = "SPARK_APP_POD_NAMESPACE"
+
+# What else a driver process reads from its environment (not injected by the operator):
+# set by the image, the entrypoint, a test or a developer. DriverEnvironment parses them.
+PIPELINE_FILE = "SPARK_APP_PIPELINE_FILE"
+"""The pipeline file or module being run (set by the entrypoint; names the lease holder)."""
+TERMINATION_LOG_PATH = "SPARK_APP_TERMINATION_LOG"
+"""Where the final message goes, instead of Kubernetes' /dev/termination-log (tests)."""
+SPARK_LOG_LEVEL = "SPARK_APP_SPARK_LOG_LEVEL"
+"""Spark's log level (WARN by default)."""
+JARS_DIR = "SPARK_APP_JARS_DIR"
+"""The folder of JVM packages added to Spark's own (the image sets it)."""
+CLASS_ARCHIVES = "SPARK_APP_CLASS_ARCHIVES"
+"""The folder of the driver JVM's class archives (the image sets it)."""
+EXECUTOR_WORK_DIR = "SPARK_APP_EXECUTOR_WORK_DIR"
+"""An executor's scratch folder (its working directory)."""
 STATUS_ANNOTATION = "sparkapp.dev/status"
 """JSON written by the driver on its pod every few seconds while it changes:
 {"epoch": int, "reported_ms": int, "state": "starting"|"running"|"stopping",
@@ -87,8 +102,57 @@ TERMINATION_LOG = "/dev/termination-log"
 """Where a driver writes its final one-line message (Kubernetes' terminationMessagePath)."""
 
 
+TERMINATION_MESSAGE_LIMIT = 4096
+"""Kubernetes keeps at most this many bytes of a termination message."""
+
+
+def write_termination_message(message: str, path: str = TERMINATION_LOG) -> None:
+    """The driver's last word, which Kubernetes copies into the pod's status (and the
+    operator into the pipeline's): cut to what Kubernetes keeps. Best effort."""
+    data = message.encode()[:TERMINATION_MESSAGE_LIMIT].decode(errors="ignore")
+    try:
+        with open(path, "w") as handle:
+            handle.write(data)
+    except OSError:
+        pass
+
+
 class ContractError(ValueError):
     """An injected variable is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach an S3-compatible store (never credentials): one type for the
+    PersistentPipeline's spec, the driver's storage backends, its sources and dead
+    letters, and the cleanup pod, so that they address S3 alike."""
+
+    endpoint: str | None = None
+    """An S3-compatible server; None means AWS."""
+    region: str | None = None
+    path_style: bool | None = None
+    """Path-style addressing; None: on with an endpoint (most S3-compatible servers need
+    it), off for AWS."""
+
+    @property
+    def path_style_addressing(self) -> bool:
+        return bool(self.endpoint) if self.path_style is None else self.path_style
+
+    def to_env(self) -> dict[str, str]:
+        env = {S3_PATH_STYLE: "true" if self.path_style_addressing else "false"}
+        if self.endpoint:
+            env[S3_ENDPOINT] = self.endpoint
+        if self.region:
+            env[S3_REGION] = self.region
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> S3Options:
+        path_style = environ.get(S3_PATH_STYLE, "").strip().lower()
+        if path_style not in ("", "true", "false"):
+            raise ContractError(f"{S3_PATH_STYLE}={environ[S3_PATH_STYLE]!r} must be true or false")
+        return cls(endpoint=environ.get(S3_ENDPOINT) or None, region=environ.get(S3_REGION) or None,
+                   path_style=None if not path_style else path_style == "true")
 
 
 @dataclass(frozen=True)
@@ -104,10 +168,8 @@ class InjectedConfig:
     epoch: int | None = None
     """The fencing token: a driver with a lower epoch can never commit after this one started."""
     pipeline: str = ""
-    """namespace/name of the PersistentPipeline, shown as the lease holder."""
-    s3_endpoint: str | None = None
-    s3_region: str | None = None
-    s3_path_style: bool = False
+    """namespace/name of the PersistentPipeline: the lease holder, and the owner of the state."""
+    s3: S3Options = field(default_factory=S3Options)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     """Extra Spark configuration (spark.master, executor settings, ...)."""
     dead_letter_uri: str | None = None
@@ -126,14 +188,10 @@ class InjectedConfig:
             SNAPSHOT_URI: self.snapshot_uri,
             SNAPSHOT_INTERVAL_MS: str(self.snapshot_interval_ms),
             PIPELINE: self.pipeline,
-            S3_PATH_STYLE: "true" if self.s3_path_style else "false",
+            **self.s3.to_env(),
         }
         if self.epoch is not None:
             env[EPOCH] = str(self.epoch)
-        if self.s3_endpoint:
-            env[S3_ENDPOINT] = self.s3_endpoint
-        if self.s3_region:
-            env[S3_REGION] = self.s3_region
         if self.spark_conf:
             env[SPARK_CONF] = json.dumps(dict(self.spark_conf), sort_keys=True)
         if self.dead_letter_uri:
@@ -159,9 +217,7 @@ class InjectedConfig:
             snapshot_interval_ms=_positive_int(environ, SNAPSHOT_INTERVAL_MS, default=10_000),
             epoch=_positive_int(environ, EPOCH, default=None),
             pipeline=environ.get(PIPELINE, ""),
-            s3_endpoint=environ.get(S3_ENDPOINT) or None,
-            s3_region=environ.get(S3_REGION) or None,
-            s3_path_style=environ.get(S3_PATH_STYLE, "false").lower() == "true",
+            s3=S3Options.from_env(environ),
             spark_conf=_json_object(environ, SPARK_CONF),
             dead_letter_uri=environ.get(DEAD_LETTER_URI) or None,
             outage_budget_seconds=_positive_int(environ, OUTAGE_BUDGET_SECONDS, default=None),
@@ -194,3 +250,37 @@ def _json_object(environ: Mapping[str, str], name: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ContractError(f"{name} must be a JSON object of Spark settings")
     return {str(k): str(v) for k, v in value.items()}
+
+
+@dataclass(frozen=True)
+class DriverEnvironment:
+    """Everything a driver process reads from its environment, parsed once when the
+    pipeline is declared and passed down from there."""
+
+    injected: InjectedConfig | None
+    """What the operator injected; None for a local run."""
+    epoch: int | None = None
+    """A fencing token: the operator's, or a local supervisor's (or a test's)."""
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    s3: S3Options = field(default_factory=S3Options)
+    """How the pipeline's own S3 paths (its sources, its dead letters) are reached."""
+    pipeline_file: str = ""
+    termination_log: str = TERMINATION_LOG
+    spark_log_level: str = "WARN"
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> DriverEnvironment:
+        injected = InjectedConfig.from_env(environ) if environ.get(METADATA_URI) else None
+        return cls(
+            injected=injected,
+            epoch=_positive_int(environ, EPOCH, default=None),
+            spark_conf=_json_object(environ, SPARK_CONF),
+            s3=S3Options.from_env(environ),
+            pipeline_file=environ.get(PIPELINE_FILE, ""),
+            termination_log=environ.get(TERMINATION_LOG_PATH) or TERMINATION_LOG,
+            spark_log_level=environ.get(SPARK_LOG_LEVEL) or "WARN",
+            pod_name=environ.get(POD_NAME) or None,
+            pod_namespace=environ.get(POD_NAMESPACE) or None,
+        )

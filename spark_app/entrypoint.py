@@ -22,7 +22,7 @@ from spark_app.runtime.jvm.worker_python import worker_python
 
 def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
     """Runs a pipeline file or module as __main__; returns the exit code it ends with."""
-    os.environ["SPARK_APP_PIPELINE_FILE"] = target
+    os.environ[contract.PIPELINE_FILE] = target  # read back with the rest of the driver's environment
     sys.argv = [target, *args]
     try:
         if module:
@@ -31,7 +31,8 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
             if not os.path.exists(target):
                 message = f"pipeline file {target} does not exist"
                 print(message, file=sys.stderr)
-                _termination_message(message)
+                contract.write_termination_message(
+                    message, os.environ.get(contract.TERMINATION_LOG_PATH) or contract.TERMINATION_LOG)
                 return contract.EXIT_MISCONFIGURED
             sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
             runpy.run_path(target, run_name="__main__")
@@ -40,21 +41,13 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
     return contract.EXIT_OK
 
 
-def _termination_message(message: str) -> None:
-    try:
-        with open(os.environ.get("SPARK_APP_TERMINATION_LOG", contract.TERMINATION_LOG), "w") as handle:
-            handle.write(message)
-    except OSError:
-        pass
-
-
 def _exec_executor() -> None:
     """Starts a Spark executor the way Spark's Kubernetes entrypoint.sh does."""
     import pyspark
 
     spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
     jars = os.path.join(spark_home, "jars", "*")
-    extra = os.environ.get("SPARK_APP_JARS_DIR")
+    extra = os.environ.get(contract.JARS_DIR)
     classpath = ":".join([jars] + ([os.path.join(extra, "*")] if extra else []) +
                          ([os.environ["SPARK_EXTRA_CLASSPATH"]] if os.environ.get("SPARK_EXTRA_CLASSPATH") else []))
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
@@ -75,7 +68,7 @@ def _exec_executor() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     # Executors download the application's files and jars into their working directory;
     # give them a scratch one, as Spark's own image does with /opt/spark/work-dir.
-    work_dir = os.environ.get("SPARK_APP_EXECUTOR_WORK_DIR") or tempfile.mkdtemp(prefix="spark-executor-")
+    work_dir = os.environ.get(contract.EXECUTOR_WORK_DIR) or tempfile.mkdtemp(prefix="spark-executor-")
     os.makedirs(work_dir, exist_ok=True)
     os.chdir(work_dir)
     os.execvp(command[0], command)

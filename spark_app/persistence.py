@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from spark_app.contract import InjectedConfig
+from spark_app.contract import InjectedConfig, S3Options
 from spark_app.storage import FilesystemStorage, RetryingStorage, RetryPolicy, S3Location, S3Storage, Storage
 
 DEFAULT_SNAPSHOT_INTERVAL_MS = 10_000
@@ -31,11 +32,8 @@ class Backend:
     """"filesystem" or "s3"."""
     root: str
     """An absolute folder, or s3://bucket/prefix."""
-    endpoint_url: str | None = None
-    """For S3-compatible servers; None means AWS."""
-    region: str | None = None
-    path_style: bool = False
-    """Path-style S3 addressing, which most S3-compatible servers need."""
+    s3_options: S3Options = field(default_factory=S3Options)
+    """How S3 is reached (for an S3 backend)."""
 
     @staticmethod
     def filesystem(path: str | os.PathLike[str]) -> Backend:
@@ -49,36 +47,51 @@ class Backend:
         endpoint_url: str | None = None,
         region: str | None = None,
         path_style: bool | None = None,
+        options: S3Options | None = None,
     ) -> Backend:
-        """State under ``s3://bucket/prefix``; credentials come from the standard AWS chain."""
+        """State under ``s3://bucket/prefix``; credentials come from the standard AWS chain.
+        ``path_style`` defaults to on with an ``endpoint_url`` (S3-compatible servers)."""
         location = S3Location.parse(root)
-        return Backend(
-            kind="s3",
-            root=location.uri,
-            endpoint_url=endpoint_url,
-            region=region,
-            path_style=bool(endpoint_url) if path_style is None else path_style,
-        )
+        return Backend(kind="s3", root=location.uri,
+                       s3_options=options or S3Options(endpoint=endpoint_url, region=region, path_style=path_style))
 
     @staticmethod
     def from_uri(uri: str, *, endpoint_url: str | None = None, region: str | None = None,
-                 path_style: bool | None = None) -> Backend:
+                 path_style: bool | None = None, options: S3Options | None = None) -> Backend:
         """``s3://…`` or ``s3a://…`` gives an S3 backend, anything else a folder."""
         if uri.startswith(("s3://", "s3a://")):
-            return Backend.s3(uri, endpoint_url=endpoint_url, region=region, path_style=path_style)
+            return Backend.s3(uri, endpoint_url=endpoint_url, region=region, path_style=path_style, options=options)
         return Backend.filesystem(uri.removeprefix("file://"))
+
+    @property
+    def endpoint_url(self) -> str | None:
+        return self.s3_options.endpoint
+
+    @property
+    def region(self) -> str | None:
+        return self.s3_options.region
+
+    @property
+    def path_style(self) -> bool:
+        return self.s3_options.path_style_addressing
 
     def storage(self, retry: RetryPolicy = _DEFAULT_RETRY) -> Storage:
         """The storage client for this backend, retrying transient failures."""
         inner: Storage
         if self.kind == "s3":
-            location = S3Location.parse(
-                self.root, endpoint_url=self.endpoint_url, region=self.region, path_style=self.path_style
-            )
+            location = S3Location.parse(self.root, endpoint_url=self.endpoint_url, region=self.region,
+                                        path_style=self.path_style)
             inner = S3Storage(location)
         else:
             inner = FilesystemStorage(self.root)
         return RetryingStorage(inner, retry)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Backend:
+        return cls(kind=value["kind"], root=value["root"], s3_options=S3Options(**value.get("s3_options", {})))
 
 
 @dataclass(frozen=True)
@@ -125,12 +138,14 @@ class Config:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
         """The configuration the operator injected into this driver pod (see spark_app.contract)."""
-        injected = InjectedConfig.from_env(os.environ if environ is None else environ)
-        s3 = {"endpoint_url": injected.s3_endpoint, "region": injected.s3_region,
-              "path_style": injected.s3_path_style}
+        return cls.injected(InjectedConfig.from_env(os.environ if environ is None else environ))
+
+    @classmethod
+    def injected(cls, injected: InjectedConfig) -> Config:
+        """The configuration the operator injected, as parsed by spark_app.contract."""
         return cls(
-            metadata_storage=Backend.from_uri(injected.metadata_uri, **s3),
-            snapshot_storage=Backend.from_uri(injected.snapshot_uri, **s3),
+            metadata_storage=Backend.from_uri(injected.metadata_uri, options=injected.s3),
+            snapshot_storage=Backend.from_uri(injected.snapshot_uri, options=injected.s3),
             snapshot_interval_ms=injected.snapshot_interval_ms,
             epoch=injected.epoch,
             pipeline=injected.pipeline,

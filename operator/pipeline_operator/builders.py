@@ -82,9 +82,7 @@ def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> Injec
         snapshot_interval_ms=spec.persistence.snapshot_interval_seconds * 1000,
         epoch=epoch,
         pipeline=spec.pipeline,
-        s3_endpoint=s3.endpoint if s3 else None,
-        s3_region=s3.region if s3 else None,
-        s3_path_style=s3.path_style if s3 else False,
+        s3=s3.options if s3 else contract.S3Options(),
         spark_conf=spark_conf(spec, epoch),
         dead_letter_uri=spec.application.dead_letter_uri,
         outage_budget_seconds=spec.persistence.outage_budget_seconds,
@@ -182,10 +180,8 @@ def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
     operator does not mount, with the same Secret references as the driver."""
     s3 = spec.persistence.backend if isinstance(spec.persistence.backend, S3Backend) else None
     env = list(_credential_env(spec))
-    if s3 and s3.endpoint:
-        env.append({"name": contract.S3_ENDPOINT, "value": s3.endpoint})
-    if s3 and s3.region:
-        env.append({"name": contract.S3_REGION, "value": s3.region})
+    if s3:  # `spark_app reset` reaches S3 as the driver does
+        env += [{"name": name, "value": value} for name, value in sorted(s3.options.to_env().items())]
     template_spec = {k: v for k, v in dict(spec.driver.pod_template).get("spec", {}).items()
                      if k not in ("containers", "initContainers")}
     pod_spec: JsonDict = {

@@ -146,7 +146,7 @@ def _root(spec: PipelineSpec) -> tuple[tuple[str, ...], str]:
     if isinstance(backend, FilesystemBackend):
         return ("pvc", spec.namespace, backend.claim_name), backend.path.strip("/")
     assert isinstance(backend, S3Backend)
-    return ("s3", backend.endpoint or "aws", backend.bucket), backend.prefix.strip("/")
+    return ("s3", backend.options.endpoint or "aws", backend.bucket), backend.prefix.strip("/")
 
 
 def _nested(a: str, b: str) -> bool:

@@ -121,9 +121,9 @@ class S3Backend:
     bucket: str
     prefix: str
     """Default <namespace>/<name>."""
-    endpoint: str | None = None
-    region: str | None = None
-    path_style: bool = False
+    options: contract.S3Options = field(default_factory=contract.S3Options)
+    """Endpoint, region, path-style addressing: the driver, its executors and the cleanup
+    pod are given these, so that all of them reach S3 alike."""
     credentials: S3Credentials | None = None
     """None: the driver uses the default AWS chain (e.g. the pod's cloud identity)."""
 
@@ -450,14 +450,11 @@ def _persistence(r: _Reader, namespace: str, name: str) -> Persistence | None:
         s3 = r.section("s3")
         bucket = s3.string("bucket", "", required=True)
         creds = s3.section("credentialsSecret")
-        endpoint = s3.optional_string("endpoint")
-        path_style = s3.flag("pathStyle")
         backend = S3Backend(
             bucket=bucket,
             prefix=_relative_path(s3, "prefix", f"{namespace}/{name}"),
-            endpoint=endpoint,
-            region=s3.optional_string("region"),
-            path_style=bool(endpoint) if path_style is None else path_style,
+            options=contract.S3Options(endpoint=s3.optional_string("endpoint"), region=s3.optional_string("region"),
+                                       path_style=s3.flag("pathStyle")),
             credentials=S3Credentials(
                 secret_name=creds.string("name", "", required=True),
                 access_key_id_key=creds.string("accessKeyIdKey", contract.AWS_ACCESS_KEY_ID, required=True),

@@ -132,19 +132,18 @@ class Driver:
         spark = self._pipeline.spark()
         apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf),
                            requested=config.spark_conf)
-        holder = Holder.this_process(config.pipeline or os.path.basename(os.environ.get("SPARK_APP_PIPELINE_FILE", "")))
-        self._reporter = PodReporter.from_env()
+        environment = self._pipeline.environment
+        holder = Holder.this_process(config.pipeline or os.path.basename(environment.pipeline_file))
+        self._reporter = PodReporter.for_pod(environment.pod_name, environment.pod_namespace)
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,
                                           requested_epoch=config.epoch, owner=config.pipeline,
                                           log_retained=config.log_retained)
         self.report()
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
-        dead_letter = Backend.from_uri(
-            config.dead_letter_uri or self._pipeline.default_dead_letter(),
-            endpoint_url=config.snapshot_storage.endpoint_url, region=config.snapshot_storage.region,
-            path_style=config.snapshot_storage.path_style if config.snapshot_storage.kind == "s3" else None,
-        )
+        # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
+        s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
+        dead_letter = Backend.from_uri(config.dead_letter_uri or self._pipeline.default_dead_letter(), options=s3)
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
                                      {**config.source_limits, "index_compact_after": config.index_compact_after})
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
@@ -281,7 +280,7 @@ class Driver:
         self._close_outputs()
         if self._reporter is not None:
             self._reporter.close(timeout=2.0)
-        write_termination_message(message)
+        contract.write_termination_message(message, self._pipeline.environment.termination_log)
         return code
 
     def _close_outputs(self) -> None:
@@ -384,15 +383,6 @@ def apply_runtime_conf(spark: SparkSession, conf: dict[str, str], requested: Map
         elif key in requested and started.get(key, value) != value:
             log.warning("Spark setting %s=%s takes effect only when set before the first source is read "
                         "(e.g. in %s); the session runs with %s", key, value, contract.SPARK_CONF, started[key])
-
-
-def write_termination_message(message: str) -> None:
-    path = os.environ.get("SPARK_APP_TERMINATION_LOG", contract.TERMINATION_LOG)
-    try:
-        with open(path, "w") as handle:
-            handle.write(message[:4000])
-    except OSError:
-        pass
 
 
 class QueryFailed(Exception):

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -62,7 +62,9 @@ class QuerySpec:
 
 
 class Pipeline:
-    def __init__(self) -> None:
+    def __init__(self, environment: contract.DriverEnvironment) -> None:
+        self.environment = environment
+        """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
         self.queries: dict[str, QuerySpec] = {}
         self._spark: SparkSession | None = None
@@ -73,7 +75,7 @@ class Pipeline:
 
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = build_session(_initial_conf())
+            self._spark = build_session(self._initial_conf(), self.environment.spark_log_level)
             self._spark.dataSource.register(FileSource)
         return self._spark
 
@@ -94,7 +96,7 @@ class Pipeline:
             raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
         if persistent_id in self.sources:
             raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
-        backend = Backend.from_uri(path, **_s3_settings())
+        backend = Backend.from_uri(path, options=self.environment.s3)
         reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
                   .option("persistent_id", persistent_id).option("format", fmt)
                   .option("input", input_option(backend)).option("context", self.context_path)
@@ -159,9 +161,17 @@ class Pipeline:
 
     def write_context(self, snapshot: Backend, dead_letter: Backend, limits: Mapping[str, int]) -> None:
         with open(self.context_path + ".tmp", "w") as handle:
-            json.dump({"snapshot": asdict(snapshot), "dead_letter": asdict(dead_letter), "limits": dict(limits)},
+            json.dump({"snapshot": snapshot.to_json(), "dead_letter": dead_letter.to_json(), "limits": dict(limits)},
                       handle)
         os.replace(self.context_path + ".tmp", self.context_path)
+
+    def _initial_conf(self) -> dict[str, str]:
+        """The session's configuration before ``run`` says where state lives."""
+        injected = self.environment.injected
+        if injected is not None:
+            config = Config.injected(injected)
+            return spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf)
+        return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, self.environment.spark_conf)
 
     def default_dead_letter(self) -> str:
         outputs = [o for q in self.queries.values() for o in q.sink.outputs()]
@@ -201,37 +211,19 @@ def _relations(df: DataFrame) -> list[Any]:
     return found
 
 
-def _initial_conf() -> dict[str, str]:
-    """The session's configuration before ``run`` says where state lives."""
-    try:
-        config = Config.from_env()
-        return spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf)
-    except contract.ContractError:
-        extra = json.loads(os.environ.get(contract.SPARK_CONF) or "{}")
-        return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, extra)
-
-
-def _s3_settings() -> dict[str, Any]:
-    return {
-        "endpoint_url": os.environ.get(contract.S3_ENDPOINT) or None,
-        "region": os.environ.get(contract.S3_REGION) or None,
-        "path_style": os.environ.get(contract.S3_PATH_STYLE, "").lower() == "true" or None,
-    }
-
-
 _current: Pipeline | None = None
 
 
 def current() -> Pipeline:
     global _current
     if _current is None:
-        _current = Pipeline()
+        _current = Pipeline(contract.DriverEnvironment.from_env(os.environ))
     return _current
 
 
 def reset() -> None:
     """Forgets the declared sources and outputs (the SparkSession is kept)."""
     global _current
-    spark = current()._spark
-    _current = Pipeline()
-    _current._spark = spark
+    previous = current()
+    _current = Pipeline(previous.environment)
+    _current._spark = previous._spark

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -46,8 +45,8 @@ class PodReporter:
         self._thread.start()
 
     @classmethod
-    def from_env(cls) -> PodReporter | None:
-        name, namespace = os.environ.get(contract.POD_NAME), os.environ.get(contract.POD_NAMESPACE)
+    def for_pod(cls, name: str | None, namespace: str | None) -> PodReporter | None:
+        """A reporter on the driver's own pod, or None outside Kubernetes (no pod named)."""
         if not name or not namespace:
             return None
         try:

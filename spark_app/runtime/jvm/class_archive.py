@@ -32,7 +32,7 @@ from spark_app.runtime.jvm.jars import jars_dir
 
 log = logging.getLogger("spark_app")
 
-ARCHIVES_ENV = "SPARK_APP_CLASS_ARCHIVES"
+ARCHIVES_ENV = contract.CLASS_ARCHIVES
 
 
 def archives_folder() -> Path:

@@ -8,7 +8,8 @@ import glob
 import os
 from pathlib import Path
 
-JARS_DIR_ENV = "SPARK_APP_JARS_DIR"
+from spark_app.contract import JARS_DIR as JARS_DIR_ENV
+
 _REPOSITORY = Path(__file__).resolve().parents[3]
 
 

@@ -93,7 +93,7 @@ def s3a_conf(backend: Backend) -> dict[str, str]:
     return conf
 
 
-def build_session(conf: Mapping[str, str]) -> SparkSession:
+def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSession:
     """Starts (or returns) the process's SparkSession with ``conf``."""
     # Spark starts its Python workers with PYSPARK_PYTHON, and looks Python data sources up
     # with PYSPARK_DRIVER_PYTHON; see spark_app.runtime.jvm.worker_python.
@@ -115,5 +115,5 @@ def build_session(conf: Mapping[str, str]) -> SparkSession:
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(os.environ.get("SPARK_APP_SPARK_LOG_LEVEL", "WARN"))
+    session.sparkContext.setLogLevel(log_level)
     return session

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -118,7 +118,7 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         context = read_context(options["context"])
         self._pid = options["persistent_id"]
         self._parallelism = max(1, int(options.get("parallelism", "2")))
-        self._snapshot = Backend(**context["snapshot"])
+        self._snapshot = Backend.from_json(context["snapshot"])
         self._index_cache: FileIndex | None = None
         self._limits = Limits.from_options(options, context.get("limits", {}))
         self._compact_after = int(context.get("limits", {}).get("index_compact_after") or 0)
@@ -127,8 +127,8 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._plan = ReadPlan(
             persistent_id=self._pid,
             format=options["format"],
-            input=InputLocation(Backend(**json.loads(options["input"])), options.get("pattern", "*")),
-            dead_letter=Backend(**context["dead_letter"]),
+            input=InputLocation(Backend.from_json(json.loads(options["input"])), options.get("pattern", "*")),
+            dead_letter=Backend.from_json(context["dead_letter"]),
             csv=CsvFormat(
                 header=options.get("header", "true") == "true",
                 delimiter=options.get("delimiter", ","),
@@ -305,4 +305,4 @@ def _balance(files: Sequence[FileEntry], groups: int) -> list[tuple[FileEntry, .
 
 
 def input_option(backend: Backend) -> str:
-    return json.dumps(asdict(backend), sort_keys=True)
+    return json.dumps(backend.to_json(), sort_keys=True)

@@ -188,3 +188,16 @@ def test_the_cleanup_pod_resets_the_whole_base_with_the_runtimes_own_command(bas
 def test_owner_reference_points_at_the_pipeline_as_controller() -> None:
     resource = {"metadata": {"name": NAME, "uid": "uid-ppl"}}
     assert builders.owner_reference(resource) == OWNER
+
+
+def test_path_style_off_reaches_the_driver_its_sources_and_the_cleanup_pod() -> None:
+    """An S3-compatible server that wants virtual-hosted addressing: the state, the
+    pipeline's own S3 paths and `spark_app reset` all address it alike."""
+    from spark_app.contract import DriverEnvironment
+
+    s = spec(S3_SPEC, persistence__s3__pathStyle=False)
+    env = container_env(builders.driver_pod(s, epoch=1, state_root=s.persistence.base_uri, owner=OWNER))
+    assert Config.from_env(env).metadata_storage.path_style is False
+    assert DriverEnvironment.from_env(env).s3.path_style_addressing is False  # what the sources and dead letters use
+    cleanup = {e["name"]: e.get("value") for e in builders.cleanup_pod(s, owner=OWNER)["spec"]["containers"][0]["env"]}
+    assert (cleanup[contract.S3_ENDPOINT], cleanup[contract.S3_PATH_STYLE]) == ("http://127.0.0.1:9000", "false")

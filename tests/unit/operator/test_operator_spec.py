@@ -15,6 +15,8 @@ from pipeline_operator.spec import (
 )
 from ppl_factories import DELETE, NAMESPACE, S3_SPEC, raw, spec
 
+from spark_app import contract
+
 
 def problems(**changes: object) -> list[str]:
     with pytest.raises(InvalidSpec) as invalid:
@@ -38,11 +40,14 @@ def test_a_minimal_filesystem_spec_gets_the_documented_defaults() -> None:
 def test_an_s3_spec_defaults_its_prefix_path_style_and_credential_keys() -> None:
     s = spec(S3_SPEC)
     assert s.persistence.backend == S3Backend(
-        bucket="pipelines", prefix="team/wc", endpoint="http://127.0.0.1:9000", region="eu-west-1",
-        path_style=True, credentials=S3Credentials(secret_name="s3-creds"))
+        bucket="pipelines", prefix="team/wc",
+        options=contract.S3Options(endpoint="http://127.0.0.1:9000", region="eu-west-1"),
+        credentials=S3Credentials(secret_name="s3-creds"))
+    assert s.persistence.backend.options.path_style_addressing is True  # type: ignore[union-attr]
     assert s.persistence.base_uri == "s3://pipelines/team/wc" and s.application.module == "pipelines.ads"
     assert s.persistence.degraded_after_seconds == 25
-    assert spec(S3_SPEC, persistence__s3__pathStyle=False).persistence.backend.path_style is False  # type: ignore[union-attr]
+    no_path_style = spec(S3_SPEC, persistence__s3__pathStyle=False).persistence.backend
+    assert no_path_style.options.path_style_addressing is False  # type: ignore[union-attr]
 
 
 def test_prerequisites_name_the_claim_the_secret_with_its_keys_and_the_service_account() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from spark_app import contract
 from spark_app.contract import ContractError, InjectedConfig
 from spark_app.persistence import Backend, Config
 
@@ -11,8 +12,8 @@ from spark_app.persistence import Backend, Config
 def test_injected_env_round_trips_into_a_persistence_config() -> None:
     injected = InjectedConfig(
         metadata_uri="s3://bucket/ns/name", snapshot_uri="s3://bucket/ns/name", snapshot_interval_ms=5000,
-        epoch=7, pipeline="ns/name", s3_endpoint="http://127.0.0.1:9000", s3_region="eu-west-1",
-        s3_path_style=True, spark_conf={"spark.master": "local[2]"},
+        epoch=7, pipeline="ns/name", s3=contract.S3Options("http://127.0.0.1:9000", "eu-west-1", True),
+        spark_conf={"spark.master": "local[2]"},
     )
     config = Config.from_env(injected.to_env())
     assert config.metadata_storage == Backend.s3("s3://bucket/ns/name", endpoint_url="http://127.0.0.1:9000",
@@ -37,3 +38,33 @@ def test_filesystem_roots_and_defaults() -> None:
 def test_malformed_injection_is_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(ContractError, match=message):
         Config.from_env(env)
+
+
+@pytest.mark.parametrize(("env", "addressing"), [
+    ({}, False),
+    ({contract.S3_ENDPOINT: "http://127.0.0.1:9000"}, True),
+    ({contract.S3_ENDPOINT: "http://127.0.0.1:9000", contract.S3_PATH_STYLE: "false"}, False),
+    ({contract.S3_PATH_STYLE: "true"}, True),
+])
+def test_s3_options_keep_an_explicit_path_style_and_default_it_from_the_endpoint(
+        env: dict[str, str], addressing: bool) -> None:
+    options = contract.S3Options.from_env(env)
+    assert options.path_style_addressing is addressing
+    assert contract.S3Options.from_env(options.to_env()).path_style_addressing is addressing
+
+
+def test_a_path_style_that_is_not_a_boolean_is_refused_with_its_name() -> None:
+    with pytest.raises(ContractError, match="SPARK_APP_S3_PATH_STYLE='maybe' must be true or false"):
+        contract.S3Options.from_env({contract.S3_PATH_STYLE: "maybe"})
+
+
+def test_a_local_run_has_no_injected_config_but_keeps_its_epoch_and_spark_settings() -> None:
+    environment = contract.DriverEnvironment.from_env({contract.EPOCH: "3", contract.SPARK_CONF: '{"a": "b"}'})
+    assert environment.injected is None and environment.epoch == 3 and environment.spark_conf == {"a": "b"}
+    assert environment.termination_log == contract.TERMINATION_LOG
+
+
+def test_a_termination_message_is_cut_to_what_kubernetes_keeps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "termination-log"
+    contract.write_termination_message("é" * 5000, str(path))
+    assert len(path.read_bytes()) <= contract.TERMINATION_MESSAGE_LIMIT and path.read_text().startswith("éé")
