@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 METADATA_URI = "SPARK_APP_METADATA_URI"
 SNAPSHOT_URI = "SPARK_APP_SNAPSHOT_URI"
@@ -47,12 +48,8 @@ CLASS_ARCHIVES = "SPARK_APP_CLASS_ARCHIVES"
 EXECUTOR_WORK_DIR = "SPARK_APP_EXECUTOR_WORK_DIR"
 """An executor's scratch folder (its working directory)."""
 STATUS_ANNOTATION = "sparkapp.dev/status"
-"""JSON written by the driver on its pod every few seconds while it changes:
-{"epoch": int, "reported_ms": int, "state": "starting"|"running"|"stopping",
- "stored_epoch": int (the epoch found in storage at start),
- "queries": {name: {"batch": int|null, "batch_time_ms": int|null, "commit_time_ms": int|null,
-                    "offsets": {persistent_id: offset}, "backlog": bool, "active": bool,
-                    "malformed": int, "iterate": object|null}}}"""
+"""The driver's ``DriverReport`` as JSON, on its own pod, while it changes (and every few
+seconds anyway)."""
 
 # The standard AWS variables; listed so that the operator and the tests name them once.
 AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
@@ -284,3 +281,90 @@ class DriverEnvironment:
             pod_name=environ.get(POD_NAME) or None,
             pod_namespace=environ.get(POD_NAMESPACE) or None,
         )
+
+
+@dataclass(frozen=True)
+class QueryReport:
+    """One output's progress, as its driver reports it: the last commit and what waits."""
+
+    batch: int | None = None
+    """The last committed batch (None: none yet)."""
+    batch_time_ms: int | None = None
+    commit_time_ms: int | None = None
+    offsets: Mapping[str, Any] = field(default_factory=dict)
+    """persistent_id -> the source's committed offset."""
+    backlog: bool = False
+    """Input is waiting."""
+    active: bool = False
+    """A batch is running."""
+    malformed: int = 0
+    """Rows set aside in the dead letters, in all."""
+    file_problems: int = 0
+    """Input files that vanished or changed after they were admitted, in all."""
+    iterate: Any = None
+    """The iterate operator's last run, if the output is fed by one."""
+    input_rows_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DriverReport:
+    """The driver's own account of its progress, written on its pod (STATUS_ANNOTATION)
+    and read by the operator: both sides use this type."""
+
+    epoch: int | None
+    stored_epoch: int | None
+    """The newest epoch found in storage when this driver started (0: new state)."""
+    state: str
+    """starting, running or stopping."""
+    reported_at: float | None = None
+    """When it was sent (seconds since the epoch); stamped by the sender."""
+    queries: Mapping[str, QueryReport] = field(default_factory=dict)
+
+    @property
+    def idle(self) -> bool:
+        """Running with nothing to do: an idle stream commits nothing and is healthy."""
+        return self.state == "running" and not any(q.backlog or q.active for q in self.queries.values())
+
+    @property
+    def last_commit_ms(self) -> int | None:
+        times = [q.commit_time_ms for q in self.queries.values() if q.commit_time_ms is not None]
+        return max(times) if times else None
+
+    def to_json(self) -> str:
+        body: dict[str, Any] = {
+            "epoch": self.epoch, "stored_epoch": self.stored_epoch, "state": self.state,
+            "queries": {name: asdict(q) for name, q in self.queries.items()},
+        }
+        if self.reported_at is not None:
+            body["reported_ms"] = int(self.reported_at * 1000)
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> DriverReport | None:
+        """A sent report (stamped), or None if absent or not of this shape (a driver of
+        another version, a hand edit)."""
+        if not text:
+            return None
+        try:
+            raw = json.loads(text)
+            queries = {str(name): _query_report(q) for name, q in (raw.get("queries") or {}).items()}
+            return cls(epoch=_optional_int(raw.get("epoch")), stored_epoch=_optional_int(raw.get("stored_epoch")),
+                       state=str(raw.get("state") or "starting"), reported_at=int(raw["reported_ms"]) / 1000,
+                       queries=queries)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+
+def _query_report(raw: Mapping[str, Any]) -> QueryReport:
+    rate = raw.get("input_rows_per_s")
+    return QueryReport(
+        batch=_optional_int(raw.get("batch")), batch_time_ms=_optional_int(raw.get("batch_time_ms")),
+        commit_time_ms=_optional_int(raw.get("commit_time_ms")), offsets=dict(raw.get("offsets") or {}),
+        backlog=bool(raw.get("backlog")), active=bool(raw.get("active")), malformed=int(raw.get("malformed") or 0),
+        file_problems=int(raw.get("file_problems") or 0), iterate=raw.get("iterate"),
+        input_rows_per_s=None if rate is None else float(rate),
+    )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)

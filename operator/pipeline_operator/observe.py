@@ -4,50 +4,19 @@ sees it, and the progress report the driver writes on its pod (spark_app.contrac
 from __future__ import annotations
 
 import calendar
-import json
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline_operator import names
 from spark_app import contract
+from spark_app.contract import DriverReport, QueryReport
+
+__all__ = ["DriverPod", "DriverReport", "QueryReport", "driver_pod", "parse_report", "pod_phase"]
 
 _STALE_EPOCH = re.compile(re.escape(contract.STALE_EPOCH_PREFIX) + r"(\d+)")
-
-
-@dataclass(frozen=True)
-class QueryReport:
-    batch: int | None = None
-    commit_time_ms: int | None = None
-    offsets: Mapping[str, Any] = field(default_factory=dict)
-    backlog: bool = False
-    active: bool = False
-    malformed: int = 0
-    iterate: Any = None
-
-
-@dataclass(frozen=True)
-class DriverReport:
-    """The driver's own account of its progress (the sparkapp.dev/status annotation)."""
-
-    epoch: int | None
-    stored_epoch: int | None
-    state: str
-    """starting, running or stopping."""
-    reported_at: float
-    queries: Mapping[str, QueryReport] = field(default_factory=dict)
-
-    @property
-    def idle(self) -> bool:
-        """Running with nothing to do: an idle stream commits nothing and is healthy."""
-        return self.state == "running" and not any(q.backlog or q.active for q in self.queries.values())
-
-    @property
-    def last_commit_ms(self) -> int | None:
-        times = [q.commit_time_ms for q in self.queries.values() if q.commit_time_ms is not None]
-        return max(times) if times else None
 
 
 @dataclass(frozen=True)
@@ -121,32 +90,9 @@ def driver_pod(pod: Mapping[str, Any]) -> DriverPod:
 
 
 def parse_report(text: str | None) -> DriverReport | None:
-    """The driver's report, or None if absent or not the documented shape."""
-    if not text:
-        return None
-    try:
-        raw = json.loads(text)
-        queries = {
-            str(name): QueryReport(
-                batch=_opt_int(q.get("batch")),
-                commit_time_ms=_opt_int(q.get("commit_time_ms")),
-                offsets=q.get("offsets") or {},
-                backlog=bool(q.get("backlog")),
-                active=bool(q.get("active")),
-                malformed=int(q.get("malformed") or 0),
-                iterate=q.get("iterate"),
-            )
-            for name, q in (raw.get("queries") or {}).items()
-        }
-        return DriverReport(
-            epoch=_opt_int(raw.get("epoch")),
-            stored_epoch=_opt_int(raw.get("stored_epoch")),
-            state=str(raw.get("state") or "starting"),
-            reported_at=int(raw["reported_ms"]) / 1000,
-            queries=queries,
-        )
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+    """The driver's report (spark_app.contract.DriverReport), or None if absent or of
+    another shape."""
+    return DriverReport.from_json(text)
 
 
 def pod_phase(pod: Mapping[str, Any] | None) -> str | None:

@@ -10,6 +10,7 @@ driver. A driver superseded by a higher epoch stops without committing (Fenced).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -300,7 +301,7 @@ class Driver:
         while not self._stop.wait(self._options.lease_renew_s):
             try:
                 status = self._status()
-                self._session.renew_lease(status=status)
+                self._session.renew_lease(status=json.loads(status.to_json()))
                 self.report(status)
             except Fenced as error:
                 self._fatal = error
@@ -308,11 +309,11 @@ class Driver:
             except StorageUnavailable as error:
                 log.warning("could not renew the lease: %s", error)
 
-    def report(self, status: dict[str, Any] | None = None) -> None:
+    def report(self, status: contract.DriverReport | None = None) -> None:
         if self._reporter is not None:
             self._reporter.report(status or self._status())
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> contract.DriverReport:
         queries = {}
         for name in self._pipeline.queries:
             query = self._queries.get(name)
@@ -322,21 +323,22 @@ class Driver:
             except Exception:  # noqa: BLE001 - the query may be restarting
                 status, progress = {}, {}
             head = self._session.heads.get(name) if self._session else None
-            queries[name] = {
-                "batch": head.batch if head else None,
-                "batch_time_ms": head.batch_time_ms if head else None,
-                "commit_time_ms": head.commit_time_ms if head else None,
-                "offsets": head.offsets if head else {},
-                "malformed": sum(c.get("malformed", 0) for c in head.sources.values()) if head else 0,
-                "file_problems": sum(c.get("file_problems", 0) for c in head.sources.values()) if head else 0,
-                "iterate": head.iterate if head else None,
-                "active": bool(status.get("isTriggerActive")),
-                "backlog": bool(status.get("isDataAvailable")),
-                "input_rows_per_s": progress.get("inputRowsPerSecond"),
-            }
+            sources = head.sources.values() if head else []
+            queries[name] = contract.QueryReport(
+                batch=head.batch if head else None,
+                batch_time_ms=head.batch_time_ms if head else None,
+                commit_time_ms=head.commit_time_ms if head else None,
+                offsets=head.offsets if head else {},
+                malformed=sum(c.get("malformed", 0) for c in sources),
+                file_problems=sum(c.get("file_problems", 0) for c in sources),
+                iterate=head.iterate if head else None,
+                active=bool(status.get("isTriggerActive")),
+                backlog=bool(status.get("isDataAvailable")),
+                input_rows_per_s=progress.get("inputRowsPerSecond"),
+            )
         session = self._session
-        return {"state": self._state, "epoch": session.epoch if session else None,
-                "stored_epoch": session.previous_epoch if session else None, "queries": queries}
+        return contract.DriverReport(state=self._state, epoch=session.epoch if session else None,
+                                     stored_epoch=session.previous_epoch if session else None, queries=queries)
 
     # ---- used by the batch handlers ----------------------------------------------------
 

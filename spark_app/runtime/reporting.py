@@ -9,11 +9,11 @@ delays the report, never a commit; a failure is logged once and never stops the 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from spark_app import contract
@@ -34,7 +34,8 @@ class PodReporter:
         self._patch = patch
         self._where = where
         self._clock = clock
-        self._latest: str | None = None
+        self._latest: tuple[contract.DriverReport, str] | None = None
+        """The newest status to report, and its JSON (unstamped, to tell a change)."""
         self._sent: str | None = None
         """The last status sent or tried."""
         self._sent_at = 0.0
@@ -64,11 +65,10 @@ class PodReporter:
 
         return cls(patch, f"pod {namespace}/{name}")
 
-    def report(self, status: dict[str, Any]) -> None:
+    def report(self, status: contract.DriverReport) -> None:
         """Queues ``status`` as the one to report; returns at once."""
-        body = json.dumps(status, sort_keys=True, separators=(",", ":"))
         with self._wake:
-            self._latest = body
+            self._latest = (status, status.to_json())
             self._wake.notify()
 
     def close(self, timeout: float = 5.0) -> None:
@@ -83,20 +83,19 @@ class PodReporter:
             with self._wake:
                 while not self._closed and not self._due():
                     self._wake.wait(timeout=max(0.1, REFRESH_S - (self._clock() - self._sent_at)))
-                body, closing = self._latest, self._closed
-            if body is not None and (body != self._sent or self._clock() - self._sent_at >= REFRESH_S):
-                self._send(body)
+                latest, closing = self._latest, self._closed
+            if latest is not None and (latest[1] != self._sent or self._clock() - self._sent_at >= REFRESH_S):
+                self._send(*latest)
             if closing:
                 return
 
     def _due(self) -> bool:
         if self._latest is None:
             return False
-        return self._latest != self._sent or self._clock() - self._sent_at >= REFRESH_S
+        return self._latest[1] != self._sent or self._clock() - self._sent_at >= REFRESH_S
 
-    def _send(self, body: str) -> None:
-        stamped = json.dumps({**json.loads(body), "reported_ms": int(time.time() * 1000)}, sort_keys=True,
-                             separators=(",", ":"))
+    def _send(self, status: contract.DriverReport, body: str) -> None:
+        stamped = replace(status, reported_at=time.time()).to_json()
         try:
             self._patch({contract.STATUS_ANNOTATION: stamped})
         except Exception as error:  # noqa: BLE001 - reporting is optional

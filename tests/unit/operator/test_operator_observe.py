@@ -34,8 +34,9 @@ def test_a_running_driver_pod_with_its_report() -> None:
     assert pod.started_at == 1_800_000_010.0 and pod.created_at == 1_800_000_000.0
     assert not pod.ended and pod.exit_code is None
     assert pod.report == DriverReport(epoch=2, stored_epoch=1, state="running", reported_at=1_800_000_000.5, queries={
-        "counts": QueryReport(batch=4, commit_time_ms=1_800_000_000_000, offsets={"words": {"files": 3}},
-                              backlog=False, active=True, malformed=1)})
+        "counts": QueryReport(batch=4, batch_time_ms=1, commit_time_ms=1_800_000_000_000,
+                              offsets={"words": {"files": 3}}, backlog=False, active=True, malformed=1,
+                              input_rows_per_s=2.0)})
     assert pod.report.last_commit_ms == 1_800_000_000_000 and not pod.report.idle
 
 

@@ -68,3 +68,14 @@ def test_a_termination_message_is_cut_to_what_kubernetes_keeps(tmp_path) -> None
     path = tmp_path / "termination-log"
     contract.write_termination_message("é" * 5000, str(path))
     assert len(path.read_bytes()) <= contract.TERMINATION_MESSAGE_LIMIT and path.read_text().startswith("éé")
+
+
+def test_the_drivers_report_reads_back_as_the_operator_reads_it() -> None:
+    sent = contract.DriverReport(epoch=3, stored_epoch=2, state="running", reported_at=1_800_000_000.25, queries={
+        "counts": contract.QueryReport(batch=7, batch_time_ms=11, commit_time_ms=1_800_000_000_000,
+                                       offsets={"words": {"source": "words", "files": 9}}, backlog=True,
+                                       malformed=2, file_problems=1, iterate={"decision": "warm"},
+                                       input_rows_per_s=12.5)})
+    assert contract.DriverReport.from_json(sent.to_json()) == sent
+    assert contract.DriverReport.from_json(contract.DriverReport(epoch=3, stored_epoch=2, state="running").to_json()) \
+        is None  # never sent: not stamped

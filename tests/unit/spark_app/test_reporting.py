@@ -11,6 +11,11 @@ from spark_app import contract
 from spark_app.runtime.reporting import PodReporter
 
 
+def report(batch: int) -> contract.DriverReport:
+    return contract.DriverReport(epoch=1, stored_epoch=0, state="running",
+                                 queries={"out": contract.QueryReport(batch=batch)})
+
+
 class HangingApi:
     """An API server that accepts the connection but does not answer until released."""
 
@@ -28,11 +33,11 @@ def test_a_hung_api_server_does_not_hold_up_the_caller_and_the_newest_status_win
     reporter = PodReporter(api.patch, "pod ns/p")
     began = time.monotonic()
     for batch in range(50):
-        reporter.report({"batch": batch})
+        reporter.report(report(batch))
     assert time.monotonic() - began < 1.0  # a commit reports and goes on
     api.release.set()
     reporter.close()
-    assert api.seen[-1]["batch"] == 49
+    assert api.seen[-1]["queries"]["out"]["batch"] == 49 and api.seen[-1]["reported_ms"] > 0
     assert len(api.seen) <= 2  # the first, then the newest: not all 50
 
 
@@ -44,8 +49,8 @@ def test_a_failing_api_server_is_warned_about_once_and_retried_at_the_next_chang
         raise ConnectionError("refused")
 
     reporter = PodReporter(refuse, "pod ns/p")
-    reporter.report({"batch": 1})
+    reporter.report(report(1))
     time.sleep(0.3)
-    reporter.report({"batch": 2})
+    reporter.report(report(2))
     reporter.close()
     assert 2 <= len(calls) <= 3
