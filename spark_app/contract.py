@@ -11,6 +11,7 @@ operator fills from a Secret with ``secretKeyRef``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -169,3 +170,45 @@ def _json_object(environ: Mapping[str, str], name: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ContractError(f"{name} must be a JSON object of Spark settings")
     return {str(k): str(v) for k, v in value.items()}
+
+
+# ---- what may leave a pod ------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+_NAME = r"[\w.-]{0,40}"
+_CREDENTIALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL),
+     REDACTED),
+    # scheme://user:password@host
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]{0,20}://[^/\s:@]{0,100}):[^/\s@]{1,200}@"), rf"\1:{REDACTED}@"),
+    (re.compile(r"(\bbearer\s+)[A-Za-z0-9._~+/-]+=*", re.IGNORECASE), rf"\1{REDACTED}"),
+    # JSON Web Tokens, such as Kubernetes service account tokens.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+    # password=..., "secret": "...", AWS_SECRET_ACCESS_KEY=..., api-key: ...
+    (re.compile(rf"(\b{_NAME}(?:password|passwd|pwd|secret|token|credential|access[_.-]?key|api[_.-]?key|"
+                rf"private[_.-]?key){_NAME}[\"']?\s*[=:]\s*[\"']?)[^\s\"',;&}}]+", re.IGNORECASE),
+     rf"\1{REDACTED}"),
+    # AWS access key ids: long-term (AKIA...) and temporary (ASIA...) ones.
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[A-Z0-9]{16}\b"), REDACTED),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), REDACTED),
+)
+# An AWS secret access key on its own: 40 characters of base64. Hex digests (git commits,
+# hashes) are 40 characters too, but of one letter case only.
+_FORTY = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+
+
+def scrub_credentials(text: str) -> str:
+    """``text`` with what looks like a credential replaced by REDACTED: AWS access key ids
+    and secret keys, bearer tokens and JWTs, passwords in URLs, ``password=...``-style
+    pairs, private keys. For what leaves a driver pod as words (its termination message,
+    its log's tail in the operator's status and Events); a heuristic, so it errs on the
+    side of redacting."""
+    for pattern, replacement in _CREDENTIALS:
+        text = pattern.sub(replacement, text)
+    return _FORTY.sub(_secret_key, text)
+
+
+def _secret_key(found: re.Match[str]) -> str:
+    value = found.group(0)
+    mixed = any(c.islower() for c in value) and any(c.isupper() for c in value) and any(c.isdigit() for c in value)
+    return REDACTED if mixed else value

@@ -43,7 +43,7 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
 def _termination_message(message: str) -> None:
     try:
         with open(os.environ.get("SPARK_APP_TERMINATION_LOG", contract.TERMINATION_LOG), "w") as handle:
-            handle.write(message)
+            handle.write(contract.scrub_credentials(message))
     except OSError:
         pass
 

@@ -521,7 +521,8 @@ def write_termination_message(message: str) -> None:
     path = os.environ.get("SPARK_APP_TERMINATION_LOG", contract.TERMINATION_LOG)
     try:
         with open(path, "w") as handle:
-            handle.write(message[:4000])
+            # It becomes the operator's status and Events: no credentials in it.
+            handle.write(contract.scrub_credentials(message)[:4000])
     except OSError:
         pass
 

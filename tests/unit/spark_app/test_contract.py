@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from spark_app.contract import ContractError, InjectedConfig
+from spark_app.contract import (
+    REDACTED,
+    ContractError,
+    InjectedConfig,
+    scrub_credentials,
+)
 from spark_app.persistence import Backend, Config
 
 
@@ -37,3 +42,38 @@ def test_filesystem_roots_and_defaults() -> None:
 def test_malformed_injection_is_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(ContractError, match=message):
         Config.from_env(env)
+
+
+# ---- credentials never leave a pod as words ------------------------------------------------------
+
+# Fake credentials of every kind the scrubber knows, in the contexts they show up in.
+LEAKS = [
+    ("key id AKIAIOSFODNN7EXAMPLE in a message", "AKIAIOSFODNN7EXAMPLE"),
+    ("temporary ASIAXYZXYZXYZXYZXYZ1 too", "ASIAXYZXYZXYZXYZXYZ1"),
+    ("the secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY alone", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("AWS_SECRET_ACCESS_KEY=abc123def456", "abc123def456"),
+    ('{"password": "hunter2", "user": "app"}', "hunter2"),
+    ("connect postgres://app:hunter2@db:5432/orders failed", "hunter2"),
+    ("Authorization: Bearer abc.DEF-ghi_123=", "abc.DEF-ghi_123"),
+    ("token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW0ifQ.c2lnbmF0dXJlLXZhbHVl used", "eyJzdWIiOiJzeXN0ZW0ifQ"),
+    ("db.password: 'p@ss w0rd'", "p@ss"),
+    ("api_key=sk_live_123;", "sk_live_123"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), LEAKS)
+def test_credentials_are_scrubbed_and_the_rest_of_the_message_kept(text: str, secret: str) -> None:
+    scrubbed = scrub_credentials(text)
+    assert secret not in scrubbed and REDACTED in scrubbed
+    assert scrubbed == scrub_credentials(scrubbed), "scrubbing twice changes nothing more"
+
+
+@pytest.mark.parametrize("text", [
+    "stale epoch; stored epoch is 12",
+    "Fenced: epoch 3 was superseded at log entry 41",
+    "commit 3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39 and SHA 3F2A9C1D8E7B6A5F4E3D2C1B0A9F8E7D6C5B4A39",
+    "FileNotFoundError: /data/inputs/a.csv (s3://bucket/prefix/log/00000000000000000041.json)",
+])
+def test_ordinary_messages_pass_unchanged(text: str) -> None:
+    assert scrub_credentials(text) == text
