@@ -30,6 +30,7 @@ from pipeline_operator.lifecycle import (
 from pipeline_operator.metrics import Metrics
 from pipeline_operator.settings import Settings
 from pipeline_operator.spec import PipelineSpec, parse_spec, prerequisites
+from spark_app import contract
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Reconciler:
             # What FallbackToLogsOnError gives, for a kubelet that does not honour it: the
             # log's end says why (and, for exit code 3, which epoch is stored).
             tail = self._kube.log_tail(namespace, driver.name, names.DRIVER_CONTAINER)
-            driver = replace(driver, message=tail.strip())
+            driver = replace(driver, message=contract.scrub_credentials(tail.strip()))
         missing: tuple[str, ...] = ()
         if spec is not None and driver is None and spec.state == "running" and not deleting:
             missing = self._kube.missing(namespace, prerequisites(spec))

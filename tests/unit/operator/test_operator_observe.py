@@ -74,3 +74,14 @@ def test_a_malformed_report_is_ignored() -> None:
 def test_pod_phase() -> None:
     assert pod_phase(None) is None and pod_phase({"status": {}}) == "Pending"
     assert pod_phase({"status": {"phase": "Succeeded"}}) == "Succeeded"
+
+
+def test_credentials_in_a_termination_message_are_scrubbed_as_the_pod_is_read() -> None:
+    message = ("RuntimeError: cannot reach postgres://app:hunter2@db/orders with key AKIAIOSFODNN7EXAMPLE\n"
+               f"{contract.STALE_EPOCH_PREFIX}4")
+    status = {"phase": "Failed", "containerStatuses": [{"name": "driver", "state": {"terminated": {
+        "exitCode": 3, "reason": "Error", "message": message}}}]}
+    pod = driver_pod(pod_json(S, status=status))
+    assert "hunter2" not in pod.message and "AKIAIOSFODNN7EXAMPLE" not in pod.message
+    assert pod.message.startswith("RuntimeError: cannot reach postgres://app:[redacted]@db/orders")
+    assert pod.stale_epoch == 4

@@ -190,3 +190,17 @@ def test_a_clean_exit_reads_no_log(metrics: Metrics) -> None:
     kube.end_driver(0)
     run.reconcile(NAMESPACE, NAME)
     assert not any(c.startswith("log_tail") for c in kube.calls)
+
+
+def test_credentials_in_the_log_tail_never_reach_the_status_or_events(metrics: Metrics) -> None:
+    kube = FakeKube(raw())
+    run = reconciler(kube, metrics)
+    run.reconcile(NAMESPACE, NAME)
+    kube.end_driver(1)
+    kube.logs = ("Traceback (most recent call last):\n"
+                 "RuntimeError: login as admin password=hunter2 with AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n")
+    outcome = run.reconcile(NAMESPACE, NAME)
+    assert kube.resource is not None
+    written = str(kube.resource["status"]) + str([e.message for e in outcome.events])
+    assert "hunter2" not in written and "wJalrXUtnFEMI" not in written
+    assert "RuntimeError: login as admin password=[redacted]" in kube.resource["status"]["lastFailure"]["message"]
