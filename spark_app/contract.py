@@ -11,7 +11,9 @@ operator fills from a Secret with ``secretKeyRef``.
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,6 +31,13 @@ DEAD_LETTER_URI = "SPARK_APP_DEAD_LETTER_URI"
 # progress in an annotation on its own pod, which the operator watches.
 POD_NAME = "SPARK_APP_POD_NAME"
 POD_NAMESPACE = "SPARK_APP_POD_NAMESPACE"
+EXECUTOR_POD_TEMPLATE = "SPARK_APP_EXECUTOR_POD_TEMPLATE"
+"""Kubernetes execution only: the JSON of the Pod that Spark builds each executor from (its
+restricted security context, scratch volumes, and the S3 credentials as secretKeyRef). The
+driver writes it to a file and names it in spark.kubernetes.executor.podTemplateFile
+(``executor_pod_template_conf``)."""
+EXECUTOR_CONTAINER = "executor"
+"""The container of EXECUTOR_POD_TEMPLATE that Spark turns into the executor's."""
 STATUS_ANNOTATION = "sparkapp.dev/status"
 """JSON written by the driver on its pod every few seconds while it changes:
 {"epoch": int, "reported_ms": int, "state": "starting"|"running"|"stopping",
@@ -55,6 +64,7 @@ ALL = (
     DEAD_LETTER_URI,
     POD_NAME,
     POD_NAMESPACE,
+    EXECUTOR_POD_TEMPLATE,
 )
 
 
@@ -170,6 +180,26 @@ def _json_object(environ: Mapping[str, str], name: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ContractError(f"{name} must be a JSON object of Spark settings")
     return {str(k): str(v) for k, v in value.items()}
+
+
+def executor_pod_template_conf(environ: Mapping[str, str], folder: str) -> dict[str, str]:
+    """The Spark settings that build executors from the pod template the operator injected
+    (EXECUTOR_POD_TEMPLATE), after writing it to a new file in ``folder``; none without it.
+    Spark reads the template from a file only (spark.kubernetes.executor.podTemplateFile)."""
+    raw = environ.get(EXECUTOR_POD_TEMPLATE)
+    if not raw:
+        return {}
+    try:
+        template = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ContractError(f"{EXECUTOR_POD_TEMPLATE} is not valid JSON: {error}") from None
+    if not isinstance(template, dict) or template.get("kind") != "Pod":
+        raise ContractError(f"{EXECUTOR_POD_TEMPLATE} must be the JSON of a Pod")
+    handle, path = tempfile.mkstemp(prefix="executor-pod-template-", suffix=".json", dir=folder)
+    with os.fdopen(handle, "w") as file:
+        json.dump(template, file)
+    return {"spark.kubernetes.executor.podTemplateFile": path,
+            "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER}
 
 
 # ---- what may leave a pod ------------------------------------------------------------------

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from spark_app.contract import (
+    EXECUTOR_CONTAINER,
+    EXECUTOR_POD_TEMPLATE,
     REDACTED,
     ContractError,
     InjectedConfig,
+    executor_pod_template_conf,
     scrub_credentials,
 )
 from spark_app.persistence import Backend, Config
@@ -42,6 +48,24 @@ def test_filesystem_roots_and_defaults() -> None:
 def test_malformed_injection_is_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(ContractError, match=message):
         Config.from_env(env)
+
+
+# ---- the executors' pod template -------------------------------------------------------------
+
+
+def test_the_injected_executor_pod_template_becomes_a_file_that_spark_is_told_about(tmp_path: Path) -> None:
+    template = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "executor"}]}}
+    conf = executor_pod_template_conf({EXECUTOR_POD_TEMPLATE: json.dumps(template)}, str(tmp_path))
+    assert conf["spark.kubernetes.executor.podTemplateContainerName"] == EXECUTOR_CONTAINER
+    written = Path(conf["spark.kubernetes.executor.podTemplateFile"])
+    assert written.parent == tmp_path and json.loads(written.read_text()) == template
+    assert executor_pod_template_conf({}, str(tmp_path)) == {}, "local execution: no template"
+
+
+@pytest.mark.parametrize(("raw", "message"), [("{", "is not valid JSON"), ('{"kind": "Service"}', "JSON of a Pod")])
+def test_a_malformed_executor_pod_template_is_named(raw: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(ContractError, match=f"{EXECUTOR_POD_TEMPLATE} .*{message}"):
+        executor_pod_template_conf({EXECUTOR_POD_TEMPLATE: raw}, str(tmp_path))
 
 
 # ---- credentials never leave a pod as words ------------------------------------------------------
