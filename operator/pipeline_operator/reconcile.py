@@ -27,6 +27,7 @@ from pipeline_operator.lifecycle import (
     Stop,
     next_action,
 )
+from pipeline_operator.memory import Memory
 from pipeline_operator.metrics import Metrics
 from pipeline_operator.settings import Settings
 from pipeline_operator.spec import PipelineSpec, parse_spec, prerequisites
@@ -48,6 +49,7 @@ class Reconciler:
                  clock: Callable[[], float] = time.time) -> None:
         self._kube = kube
         self._tunables = settings.tunables()
+        self._allow_privileged = settings.allow_privileged_pod_templates
         self._metrics = metrics
         self._clock = clock
 
@@ -77,7 +79,8 @@ class Reconciler:
         spec: PipelineSpec | None = None
         problems: tuple[str, ...] = ()
         try:
-            spec = parse_spec(resource.get("spec") or {}, namespace=namespace, name=name)
+            spec = parse_spec(resource.get("spec") or {}, namespace=namespace, name=name,
+                              allow_privileged=self._allow_privileged)
         except InvalidSpec as invalid:
             problems = tuple(str(p) for p in invalid.problems)
         pod = self._kube.get_pod(namespace, names.driver_pod_name(name))
@@ -87,18 +90,28 @@ class Reconciler:
             # log's end says why (and, for exit code 3, which epoch is stored).
             tail = self._kube.log_tail(namespace, driver.name, names.DRIVER_CONTAINER)
             driver = replace(driver, message=contract.scrub_credentials(tail.strip()))
+        memory = status.read_memory(resource.get("status"))
         missing: tuple[str, ...] = ()
         if spec is not None and driver is None and spec.state == "running" and not deleting:
-            missing = self._kube.missing(namespace, prerequisites(spec))
+            missing = self._kube.missing(namespace, prerequisites(spec)) or self._refusal(resource, spec, memory)
         cleanup = None
         if deleting and spec is not None and spec.persistence.on_delete == "Delete":
             cleanup = observe.pod_phase(self._kube.get_pod(namespace, names.cleanup_pod_name(name)))
         observed = Observed(
             now=self._clock(), generation=int(meta.get("generation") or 0), uid=meta["uid"], spec=spec,
-            memory=status.read_memory(resource.get("status")), driver=driver, problems=problems,
+            memory=memory, driver=driver, problems=problems,
             missing=missing, deleting=deleting, cleanup_phase=cleanup,
         )
         return observed, spec
+
+    def _refusal(self, resource: Mapping[str, Any], spec: PipelineSpec, memory: Memory) -> tuple[str, ...]:
+        """Why the API server would refuse the next driver pod (Pod Security, an admission
+        policy, a quota), asked before the launch is recorded: a refused pod is then
+        reported on the pipeline, like a missing claim, instead of failing each launch."""
+        pod = builders.driver_pod(spec, epoch=memory.epoch + 1, state_root=memory.state_root or spec.persistence.base_uri,
+                                  owner=builders.owner_reference(resource))
+        refusal = self._kube.refusal(pod)
+        return (contract.scrub_credentials(refusal),) if refusal else ()
 
     def _record(self, resource: Mapping[str, Any], decision: Decision) -> None:
         meta = resource["metadata"]
