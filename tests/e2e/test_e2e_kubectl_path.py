@@ -1,5 +1,6 @@
 """The kubectl path: `kubectl apply -f crds/` and `kubectl apply -f deploy/persistent-pipelines.yaml`
-install a working operator without Helm (cluster-wide, drivers in `default`).
+install a working operator without Helm (cluster-wide, drivers in `default`), with the
+least privilege of a cluster-wide install (`kubectl auth can-i`).
 
 It runs before the story (tests/e2e/test_e2e_story.py) and removes everything it applied:
 this operator serves all namespaces, so it must be gone before another one serves any."""
@@ -32,6 +33,11 @@ CLAIM = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name
          "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
 
 
+def can_i(target: Target, account: str, verb: str, resource: str, namespace: str) -> bool:
+    answer = target.kubectl("auth", "can-i", verb, resource, "-n", namespace, f"--as={account}", check=False)
+    return answer.strip() == "yes"
+
+
 @pytest.fixture
 def applied(target: Target) -> Iterator[Target]:
     target.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
@@ -51,6 +57,17 @@ def test_the_rendered_manifest_installs_an_operator_that_serves_pipelines(applie
     default = Namespace(applied, "default")
     applied.kubectl("apply", "-n", "default", "-f", "-", stdin=json.dumps(CLAIM))
     applied.kubectl("apply", "-n", "default", "-f", "-", stdin=json.dumps(PIPELINE))
+    operator, driver_account = ("system:serviceaccount:persistent-pipelines:persistent-pipelines-operator",
+                                "system:serviceaccount:default:spark-app-driver")
+    # Cluster-wide: the operator serves every namespace, but reads Secrets only in the job namespace.
+    assert can_i(applied, operator, "create", "pods", "kube-system")
+    assert can_i(applied, operator, "get", "secrets", "default")
+    assert not can_i(applied, operator, "get", "secrets", "kube-system")
+    assert not can_i(applied, operator, "list", "secrets", "default")
+    assert can_i(applied, driver_account, "patch", "pods", "default")
+    assert not can_i(applied, driver_account, "create", "pods", "default"), "Local execution by default"
+    assert not can_i(applied, driver_account, "get", "secrets", "default")
+    assert not can_i(applied, driver_account, "get", "pods", "kube-system")
     driver = wait_for("a driver pod created by the operator", lambda: default.driver("e2e-kubectl-path"), 120)
     assert driver["spec"]["serviceAccountName"] == "spark-app-driver"
     assert driver["metadata"]["annotations"]["sparkapp.dev/epoch"] == "1"
