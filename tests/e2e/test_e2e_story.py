@@ -158,10 +158,11 @@ def test_drivers_run_restricted_and_may_change_only_their_own_report(release: Re
                                     f"sparkapp.dev/status={report}", "--overwrite")
     for attempt in (("annotate", "pod", "components-driver", "sparkapp.dev/status={}", "--overwrite"),
                     ("label", "pod", "wordcount-driver", "e2e=spoofed"),
-                    ("annotate", "pod", "wordcount-driver", "sparkapp.dev/epoch=99", "--overwrite"),
-                    ("delete", "pod", "components-driver", "--wait=false")):
+                    ("annotate", "pod", "wordcount-driver", "sparkapp.dev/epoch=99", "--overwrite")):
         said = as_driver(release, "wordcount-driver", *attempt)
         assert "a driver may change only the sparkapp.dev/status annotation of its own pod" in said, (attempt, said)
+    said = as_driver(release, "wordcount-driver", "delete", "pod", "components-driver", "--wait=false")
+    assert 'cannot delete resource "pods"' in said, said  # RBAC already: Local execution
     assert ns.driver("components") is not None
 
 
