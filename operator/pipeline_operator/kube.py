@@ -139,8 +139,9 @@ class Kube:
                 found = self._read_prerequisite(namespace, item)
             except Refused as refused:
                 # A Secret in a namespace where the chart gave the operator no Role to read it.
+                hint = "; list this namespace in the chart's driver.jobNamespaces" if item.kind == "Secret" else ""
                 problems.append(f"{item.field}: the operator may not read {item.kind} {namespace}/{item.name} "
-                                f"({refused.reason}); list this namespace in the chart's driver.jobNamespaces")
+                                f"({refused.reason}){hint}")
                 continue
             if found is None:
                 problems.append(f"{item.field}: {item.kind} {namespace}/{item.name} does not exist")
