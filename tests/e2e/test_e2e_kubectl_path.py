@@ -8,6 +8,7 @@ this operator serves all namespaces, so it must be gone before another one serve
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -77,3 +78,22 @@ def test_the_rendered_manifest_installs_an_operator_that_serves_pipelines(applie
     # answers 403, but says NamespaceTerminating and is not about the manifest's roles.
     denied = [line for line in log.splitlines() if RBAC_DENIAL in line]
     assert not denied, "\n".join(denied[:5])
+
+    # A pipeline in a namespace that is no job namespace: the operator may not read its Secret,
+    # and says which chart value fixes it.
+    elsewhere = Namespace(applied, f"e2e-elsewhere-{uuid.uuid4().hex[:5]}")
+    applied.create_namespace(elsewhere.name)
+    try:
+        applied.kubectl("create", "secret", "generic", "s3-creds", "-n", elsewhere.name,
+                        "--from-literal=AWS_ACCESS_KEY_ID=x", "--from-literal=AWS_SECRET_ACCESS_KEY=y")
+        s3 = json.loads(json.dumps(PIPELINE))
+        s3["spec"]["persistence"] = {"s3": {"bucket": "pipelines", "credentialsSecret": {"name": "s3-creds"}}}
+        applied.kubectl("apply", "-n", elsewhere.name, "-f", "-", stdin=json.dumps(s3))
+        message = wait_for("the refused read reported", lambda: "may not read Secret" in (
+            found := elsewhere.status("e2e-kubectl-path").get("message", "")) and found, 60)
+        assert "list this namespace in the chart's driver.jobNamespaces" in message, message
+        assert elsewhere.status("e2e-kubectl-path")["phase"] == "Invalid" and not elsewhere.driver("e2e-kubectl-path")
+    finally:
+        applied.kubectl("delete", "ppl", "e2e-kubectl-path", "-n", elsewhere.name, "--ignore-not-found",
+                        "--timeout=60s", check=False)
+        applied.kubectl("delete", "namespace", elsewhere.name, "--wait=false", check=False)
