@@ -28,6 +28,7 @@ RELEASE, SYSTEM, NAMESPACE = "persistent-pipelines", "pp-system", "pp-demo"
 CHART = ROOT / "charts" / "persistent-pipelines"
 STATE_FILE = ROOT / ".cache" / "demo" / "state.json"
 OPERATOR_ACCOUNT = f"system:serviceaccount:{SYSTEM}:{RELEASE}-operator"
+DRIVER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:spark-app-driver"
 WAIT = 420.0  # per step; a driver's JVM starts in 15 to 30 s on two cores, an iterate batch takes ~30 s
 WORD_FILES = {name: story.word_file(seed, 40) for seed, name in enumerate(("a.csv", "b.csv", "c.csv", "d.csv"))}
 
@@ -105,8 +106,8 @@ class Demo:
         self.summary()
 
     def install(self) -> None:
-        for namespace in (SYSTEM, NAMESPACE):
-            self.target.kubectl("create", "namespace", namespace)
+        for namespace in (SYSTEM, NAMESPACE):  # both enforce Pod Security "restricted"
+            self.target.create_namespace(namespace)
         if self.target.kubectl("get", "crd", "persistentpipelines.sparkapp.dev", "--ignore-not-found", "-o", "name"):
             # Helm installs crds/ only when they are absent and never upgrades them.
             self.say("the CRDs exist from an earlier install: applying the chart's copy first (Helm never upgrades CRDs)")
@@ -120,15 +121,21 @@ class Demo:
         self.show(self.target.kubectl("get", "pods", "-n", SYSTEM, "-o", "custom-columns=POD:.metadata.name,"
                                       "STATUS:.status.phase,SERVICEACCOUNT:.spec.serviceAccountName,"
                                       "IMAGE:.spec.containers[0].image"))
-        checks = [("create", "pods", NAMESPACE), ("get", "secrets", NAMESPACE), ("list", "secrets", NAMESPACE),
-                  ("create", "pods", "kube-system"), ("delete", "namespaces", "")]
+        operator = [("create", "pods", NAMESPACE), ("get", "secrets", NAMESPACE), ("list", "secrets", NAMESPACE),
+                    ("get", "secrets", "kube-system"), ("create", "pods", "kube-system"), ("delete", "namespaces", "")]
+        self.say("the operator's RBAC (kubectl auth can-i): " + self.can_i(OPERATOR_ACCOUNT, operator))
+        driver = [("patch", "pods", NAMESPACE), ("create", "pods", NAMESPACE), ("get", "secrets", NAMESPACE),
+                  ("get", "pods", SYSTEM)]
+        self.say("the drivers' RBAC (kubectl auth can-i): " + self.can_i(DRIVER_ACCOUNT, driver))
+
+    def can_i(self, account: str, checks: list[tuple[str, str, str]]) -> str:
         answers = []
         for verb, resource, namespace in checks:
             where = ["-n", namespace] if namespace else []
-            answer = self.target.kubectl("auth", "can-i", verb, resource, *where, f"--as={OPERATOR_ACCOUNT}",
+            answer = self.target.kubectl("auth", "can-i", verb, resource, *where, f"--as={account}",
                                          check=False).strip()
             answers.append(f"{verb} {resource}{' in ' + namespace if namespace else ''}: {answer}")
-        self.say("the operator's RBAC (kubectl auth can-i): " + "; ".join(answers))
+        return "; ".join(answers)
 
     def feed(self, words: str, edges: str) -> None:
         self.ns.write(f"wordcount/inputs/{words}", story.words_csv(WORD_FILES[words]))

@@ -15,6 +15,7 @@ inside the container it could not: a namespace's init ignores SIGKILL).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -46,6 +47,17 @@ class Target(ABC):
     def helm_values(self) -> list[str]:
         """Chart values this cluster needs (helm arguments)."""
         return []
+
+    def create_namespace(self, name: str) -> None:
+        """A new namespace that enforces Pod Security "restricted": the API server refuses
+        any pod in it that does not meet it, whoever creates it (the operator, Spark)."""
+        namespace = {"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+        self.kubectl("create", "-f", "-", stdin=json.dumps(namespace))
+
+    def s3_endpoint(self) -> str | None:
+        """An S3 server the cluster's pods can reach, if it has one."""
+        return None
 
     @abstractmethod
     def write_file(self, namespace: str, claim: str, relative: str, content: str) -> None:
@@ -87,6 +99,9 @@ class LocalTarget(Target):
 
     def helm_values(self) -> list[str]:
         return ["-f", str(LOCAL_VALUES)]
+
+    def s3_endpoint(self) -> str | None:
+        return self.cluster.info().s3_endpoint
 
     def claim_folder(self, namespace: str, claim: str) -> Path:
         return self.layout.pv_dir / namespace / claim

@@ -4,7 +4,8 @@ then execs the container's command. The node agent starts it as
     python -S -E container_init.py PLAN_FILE STATUS_FD
 
 in a new session (so the container is a process group of its own). PLAN_FILE is JSON:
-{"argv": [...], "env": {...}, "cwd": "...", "mounts": [{"source", "target", "read_only"}]}.
+{"argv": [...], "env": {...}, "cwd": "...", "mounts": [{"source", "target", "read_only"}],
+"read_only_root": bool}.
 It is deleted once read, since the environment may hold secrets. STATUS_FD is the write end
 of a close-on-exec pipe: a successful exec closes it silently; a failure writes the reason
 there, which the agent reports as a StartError.
@@ -98,6 +99,11 @@ def run(plan: dict[str, object]) -> None:
     for fd, mount in zip(sources, mounts, strict=True):
         bind(fd, str(mount["target"]), bool(mount["read_only"]))
         os.close(fd)
+    if plan.get("read_only_root"):
+        # readOnlyRootFilesystem: only this mount namespace's root turns read-only; the
+        # volumes bound above are mounts of their own and stay writable, as do /dev/shm
+        # and /proc, which the host mounts separately (as a container runtime does).
+        _check(_libc.mount(None, b"/", None, MS_BIND | MS_REMOUNT | MS_RDONLY, None), "remount / read-only")
     enter_working_dir(cwd, cwd_fd)
     argv = [str(a) for a in plan["argv"]]  # type: ignore[attr-defined]
     env = {str(k): str(v) for k, v in plan["env"].items()}  # type: ignore[attr-defined]

@@ -11,6 +11,9 @@ operator fills from a Secret with ``secretKeyRef``.
 from __future__ import annotations
 
 import json
+import os
+import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -32,6 +35,13 @@ MAX_BYTES_PER_TRIGGER = "SPARK_APP_MAX_BYTES_PER_TRIGGER"
 # progress in an annotation on its own pod, which the operator watches.
 POD_NAME = "SPARK_APP_POD_NAME"
 POD_NAMESPACE = "SPARK_APP_POD_NAMESPACE"
+EXECUTOR_POD_TEMPLATE = "SPARK_APP_EXECUTOR_POD_TEMPLATE"
+"""Kubernetes execution only: the JSON of the Pod that Spark builds each executor from (its
+restricted security context, scratch volumes, and the S3 credentials as secretKeyRef). The
+driver writes it to a file and names it in spark.kubernetes.executor.podTemplateFile
+(``executor_pod_template_conf``)."""
+EXECUTOR_CONTAINER = "executor"
+"""The container of EXECUTOR_POD_TEMPLATE that Spark turns into the executor's."""
 
 # What else a driver process reads from its environment (not injected by the operator):
 # set by the image, the entrypoint, a test or a developer. DriverEnvironment parses them.
@@ -72,6 +82,7 @@ ALL = (
     MAX_BYTES_PER_TRIGGER,
     POD_NAME,
     POD_NAMESPACE,
+    EXECUTOR_POD_TEMPLATE,
 )
 
 
@@ -105,8 +116,9 @@ TERMINATION_MESSAGE_LIMIT = 4096
 
 def write_termination_message(message: str, path: str = TERMINATION_LOG) -> None:
     """The driver's last word, which Kubernetes copies into the pod's status (and the
-    operator into the pipeline's): cut to what Kubernetes keeps. Best effort."""
-    data = message.encode()[:TERMINATION_MESSAGE_LIMIT].decode(errors="ignore")
+    operator into the pipeline's): scrubbed of credentials, cut to what Kubernetes keeps.
+    Best effort."""
+    data = scrub_credentials(message).encode()[:TERMINATION_MESSAGE_LIMIT].decode(errors="ignore")
     try:
         with open(path, "w") as handle:
             handle.write(data)
@@ -368,3 +380,65 @@ def _query_report(raw: Mapping[str, Any]) -> QueryReport:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def executor_pod_template_conf(environ: Mapping[str, str], folder: str) -> dict[str, str]:
+    """The Spark settings that build executors from the pod template the operator injected
+    (EXECUTOR_POD_TEMPLATE), after writing it to a new file in ``folder``; none without it.
+    Spark reads the template from a file only (spark.kubernetes.executor.podTemplateFile)."""
+    raw = environ.get(EXECUTOR_POD_TEMPLATE)
+    if not raw:
+        return {}
+    try:
+        template = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ContractError(f"{EXECUTOR_POD_TEMPLATE} is not valid JSON: {error}") from None
+    if not isinstance(template, dict) or template.get("kind") != "Pod":
+        raise ContractError(f"{EXECUTOR_POD_TEMPLATE} must be the JSON of a Pod")
+    handle, path = tempfile.mkstemp(prefix="executor-pod-template-", suffix=".json", dir=folder)
+    with os.fdopen(handle, "w") as file:
+        json.dump(template, file)
+    return {"spark.kubernetes.executor.podTemplateFile": path,
+            "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER}
+
+
+# ---- what may leave a pod ------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+_NAME = r"[\w.-]{0,40}"
+_CREDENTIALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL),
+     REDACTED),
+    # scheme://user:password@host
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]{0,20}://[^/\s:@]{0,100}):[^/\s@]{1,200}@"), rf"\1:{REDACTED}@"),
+    (re.compile(r"(\bbearer\s+)[A-Za-z0-9._~+/-]+=*", re.IGNORECASE), rf"\1{REDACTED}"),
+    # JSON Web Tokens, such as Kubernetes service account tokens.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+    # password=..., "secret": "...", AWS_SECRET_ACCESS_KEY=..., api-key: ...
+    (re.compile(rf"(\b{_NAME}(?:password|passwd|pwd|secret|token|credential|access[_.-]?key|api[_.-]?key|"
+                rf"private[_.-]?key){_NAME}[\"']?\s*[=:]\s*[\"']?)[^\s\"',;&}}]+", re.IGNORECASE),
+     rf"\1{REDACTED}"),
+    # AWS access key ids: long-term (AKIA...) and temporary (ASIA...) ones.
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[A-Z0-9]{16}\b"), REDACTED),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), REDACTED),
+)
+# An AWS secret access key on its own: 40 characters of base64. Hex digests (git commits,
+# hashes) are 40 characters too, but of one letter case only.
+_FORTY = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+
+
+def scrub_credentials(text: str) -> str:
+    """``text`` with what looks like a credential replaced by REDACTED: AWS access key ids
+    and secret keys, bearer tokens and JWTs, passwords in URLs, ``password=...``-style
+    pairs, private keys. For what leaves a driver pod as words (its termination message,
+    its log's tail in the operator's status and Events); a heuristic, so it errs on the
+    side of redacting."""
+    for pattern, replacement in _CREDENTIALS:
+        text = pattern.sub(replacement, text)
+    return _FORTY.sub(_secret_key, text)
+
+
+def _secret_key(found: re.Match[str]) -> str:
+    value = found.group(0)
+    mixed = any(c.islower() for c in value) and any(c.isupper() for c in value) and any(c.isdigit() for c in value)
+    return REDACTED if mixed else value

@@ -1,7 +1,8 @@
 """From a pod's container spec to the exact process to start. Pure.
 
 Processes run as root on the host, in the host network; the container's view differs
-from the host's only by its bind mounts. Defaults that would touch the host's own
+from the host's only by its bind mounts, and by a read-only root when its securityContext
+asks for readOnlyRootFilesystem. Defaults that would touch the host's own
 folders are moved into the pod's folder: the working directory defaults to a private
 folder of the container rather than `/`.
 """
@@ -40,6 +41,9 @@ class LaunchSpec:
     each start), or None when the container sets an empty path."""
     termination_policy: str = "File"
     """terminationMessagePolicy: File, or FallbackToLogsOnError."""
+    read_only_root: bool = False
+    """securityContext.readOnlyRootFilesystem: the container sees the host's filesystem
+    read-only, except its volumes and the host's own other mounts (/dev, /dev/shm, /proc)."""
 
 
 def pod_log_dir(root: Path, namespace: str, pod: str, uid: str) -> Path:
@@ -109,4 +113,5 @@ def build_launch(
         work_dir=work_dir,
         termination_file=termination_file,
         termination_policy=container.get("terminationMessagePolicy") or "File",
+        read_only_root=bool((container.get("securityContext") or {}).get("readOnlyRootFilesystem")),
     )

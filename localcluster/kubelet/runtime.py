@@ -37,6 +37,7 @@ def launch_plan(spec: LaunchSpec) -> dict[str, object]:
         "env": dict(spec.env),
         "cwd": spec.cwd,
         "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts],
+        "read_only_root": spec.read_only_root,
     }
 
 

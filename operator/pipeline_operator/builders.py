@@ -1,5 +1,7 @@
 """Pure builders of what the operator creates: the driver pod, its headless Service, the
-state cleanup pod, and the configuration injected into the driver (spark_app.contract).
+state cleanup pod, the executors' pod template (Kubernetes execution), and the
+configuration injected into the driver (spark_app.contract). Every pod starts from
+Pod Security "restricted" (pipeline_operator.podsecurity), with its template merged over it.
 
 Every function takes values and returns plain dicts; tests call them directly.
 """
@@ -7,10 +9,11 @@ Every function takes values and returns plain dicts; tests call them directly.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline_operator import names
+from pipeline_operator import names, podsecurity
 from pipeline_operator.spec import FilesystemBackend, PipelineSpec, S3Backend, uri_in_pod
 from spark_app import contract
 from spark_app.contract import InjectedConfig
@@ -35,7 +38,7 @@ def spark_conf(spec: PipelineSpec, epoch: int) -> dict[str, str]:
     """The Spark settings of a driver: the spec's sparkConf, overridden by the execution
     mode's (the master, where the driver is, executor counts), so that sparkConf cannot
     move the driver out of its pod."""
-    conf = {k: str(v) for k, v in spec.application.spark_conf.items()}
+    conf = {**podsecurity.scratch_spark_conf(), **{k: str(v) for k, v in spec.application.spark_conf.items()}}
     execution = spec.execution
     if execution.mode == "Local":
         conf["spark.master"] = f"local[{execution.local_threads}]"
@@ -102,10 +105,14 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
         _field_env(names.POD_IP_ENV, "status.podIP"),
         *_credential_env(spec),
+        *podsecurity.scratch_env(),
         *(dict(var) for var in spec.driver.env),
         *({"name": k, "value": v}
           for k, v in injected_config(spec, epoch=epoch, state_root=state_root).to_env().items()),
     ]
+    if spec.execution.mode == "Kubernetes":
+        env.append({"name": contract.EXECUTOR_POD_TEMPLATE,
+                    "value": json.dumps(executor_pod_template(spec), sort_keys=True)})
     container: JsonDict = {
         "name": names.DRIVER_CONTAINER,
         "image": spec.image,
@@ -148,7 +155,30 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         },
         "spec": pod_spec,
     }
-    return merge(dict(spec.driver.pod_template), pod)
+    return merge(_under_template(spec, names.DRIVER_CONTAINER), pod)
+
+
+def executor_pod_template(spec: PipelineSpec) -> JsonDict:
+    """The Pod Spark builds each executor from (spark.kubernetes.executor.podTemplateFile):
+    restricted like the driver, with the S3 credentials as the same Secret references
+    (executors write the state stores into the checkpoint) and no API token (executors
+    never call the API server). Spark adds its own emptyDir for spark.local.dir."""
+    scratch = [(volume, path) for volume, path in podsecurity.SCRATCH if volume != podsecurity.LOCAL_VOLUME]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "securityContext": podsecurity.pod_security_context(),
+            "automountServiceAccountToken": False,
+            "volumes": [{"name": volume, "emptyDir": {}} for volume, _ in scratch],
+            "containers": [{
+                "name": contract.EXECUTOR_CONTAINER,
+                "securityContext": podsecurity.container_security_context(),
+                "volumeMounts": [{"name": volume, "mountPath": path} for volume, path in scratch],
+                "env": [*_credential_env(spec), *_s3_env(spec), *podsecurity.scratch_env()],
+            }],
+        },
+    }
 
 
 def driver_service(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
@@ -178,12 +208,10 @@ def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
     """Deletes the pipeline's stored state (every reset and generation below its base) with
     the runtime's own `spark_app reset`, in a pod so that it can reach a claim the
     operator does not mount, with the same Secret references as the driver."""
-    s3 = spec.persistence.backend if isinstance(spec.persistence.backend, S3Backend) else None
-    env = list(_credential_env(spec))
-    if s3:  # `spark_app reset` reaches S3 as the driver does
-        env += [{"name": name, "value": value} for name, value in sorted(s3.options.to_env().items())]
-    template_spec = {k: v for k, v in dict(spec.driver.pod_template).get("spec", {}).items()
-                     if k not in ("containers", "initContainers")}
+    env = [*_credential_env(spec), *_s3_env(spec)]
+    template = {"spec": {k: v for k, v in dict(spec.driver.pod_template).get("spec", {}).items()
+                         if k not in ("containers", "initContainers")}}
+    under = merge(podsecurity.restricted_base(template, names.CLEANUP_CONTAINER), template)
     pod_spec: JsonDict = {
         "restartPolicy": "OnFailure",
         "containers": [{
@@ -207,7 +235,7 @@ def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
             "labels": names.labels(spec.name, names.ROLE_CLEANUP),
             "ownerReferences": [owner],
         },
-        "spec": merge(template_spec, pod_spec),
+        "spec": merge(under["spec"], pod_spec),
     }
 
 
@@ -226,6 +254,12 @@ def merge(base: Any, override: Any) -> Any:
                        for item in base]
         return merged_list + [copy.deepcopy(item) for item in override if item["name"] in by_name]
     return copy.deepcopy(override)
+
+
+def _under_template(spec: PipelineSpec, main_container: str) -> JsonDict:
+    """The pipeline's pod template merged over the restricted base, ready for the operator's own fields."""
+    template = dict(spec.driver.pod_template)
+    return dict(merge(podsecurity.restricted_base(template, main_container), template))
 
 
 def _named_list(value: Any) -> bool:
@@ -248,6 +282,14 @@ def _credential_env(spec: PipelineSpec) -> list[JsonDict]:
         pairs.append((contract.AWS_SESSION_TOKEN, creds.session_token_key))
     return [{"name": var, "valueFrom": {"secretKeyRef": {"name": creds.secret_name, "key": key}}}
             for var, key in pairs]
+
+
+def _s3_env(spec: PipelineSpec) -> list[JsonDict]:
+    """Where the S3 server is, for pods other than the driver (which gets InjectedConfig)."""
+    s3 = spec.persistence.backend if isinstance(spec.persistence.backend, S3Backend) else None
+    if s3 is None:
+        return []
+    return [{"name": name, "value": value} for name, value in sorted(s3.options.to_env().items())]
 
 
 def _state_volumes(spec: PipelineSpec) -> list[JsonDict]:

@@ -31,3 +31,15 @@ class ApiUnavailable(Exception):
 
 class Conflict(Exception):
     """The resource changed since it was read (optimistic concurrency): read it again and retry."""
+
+
+class Refused(ApiUnavailable):
+    """The API server refused a request for what it asked for (400, 403, 422: an admission
+    policy, Pod Security, a quota, RBAC, an invalid field). Retrying the same request will
+    not help; callers that can say why to the user catch it, the rest retry it as
+    ApiUnavailable."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"the API server refused it ({status}): {reason}")
+        self.status = status
+        self.reason = reason

@@ -17,7 +17,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from pipeline_operator import names
-from pipeline_operator.errors import ApiUnavailable, Conflict
+from pipeline_operator.errors import ApiUnavailable, Conflict, Refused
 from pipeline_operator.spec import Prerequisite
 
 JsonDict = dict[str, Any]
@@ -98,6 +98,19 @@ class Kube:
         return _call(lambda: self._core.create_namespaced_pod(
             pod["metadata"]["namespace"], pod, _preload_content=False, _request_timeout=_TIMEOUT))
 
+    def refusal(self, pod: JsonDict) -> str:
+        """Why the API server would refuse to create ``pod``, or "" if it would not: a
+        server-side dry run (every admission check runs: Pod Security, policies, quotas;
+        nothing is stored)."""
+        try:
+            _call(lambda: self._core.create_namespaced_pod(
+                pod["metadata"]["namespace"], pod, dry_run="All", _preload_content=False, _request_timeout=_TIMEOUT))
+        except Refused as refused:
+            return f"the API server refuses its pod ({refused.status}): {refused.reason}"
+        except Conflict:
+            pass  # a pod of that name exists: the decision will see it
+        return ""
+
     def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None:
         """Deletes that very pod (a uid precondition: never a successor of the same name).
         ``grace_seconds`` None keeps the pod's own grace period (SIGTERM, then SIGKILL)."""
@@ -134,7 +147,14 @@ class Kube:
         the client but only their keys are looked at, and nothing of them is returned."""
         problems = []
         for item in needed:
-            found = self._read_prerequisite(namespace, item)
+            try:
+                found = self._read_prerequisite(namespace, item)
+            except Refused as refused:
+                # A Secret in a namespace where the chart gave the operator no Role to read it.
+                hint = "; list this namespace in the chart's driver.jobNamespaces" if item.kind == "Secret" else ""
+                problems.append(f"{item.field}: the operator may not read {item.kind} {namespace}/{item.name} "
+                                f"({refused.reason}){hint}")
+                continue
             if found is None:
                 problems.append(f"{item.field}: {item.kind} {namespace}/{item.name} does not exist")
                 continue
@@ -179,6 +199,8 @@ def _call(request: Callable[[], Any]) -> JsonDict:
             raise _Forbidden() from None
         if error.status == 409:
             raise Conflict(_reason(error)) from None
+        if error.status in (400, 403, 422):
+            raise Refused(error.status, _reason(error)) from None
         raise ApiUnavailable(f"the API server answered {error.status}: {_reason(error)}") from None
     except (urllib3.exceptions.HTTPError, OSError) as error:
         raise ApiUnavailable(f"cannot reach the API server: {error}") from None

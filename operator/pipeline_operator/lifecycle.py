@@ -233,7 +233,7 @@ def _driver_vanished(o: Observed, t: Tunables) -> Decision:
 
 
 def _invalid(o: Observed, t: Tunables) -> Decision:
-    problem = "; ".join(o.problems)
+    problem = truncate("; ".join(o.problems))
     m = o.memory
     events = () if m.announced_problem == problem else (_warning("InvalidSpec", truncate(problem)),)
     running = o.driver is not None
@@ -292,7 +292,7 @@ def _no_driver(o: Observed, spec: PipelineSpec, m: Memory, t: Tunables) -> Decis
         return _step(o, replace(m, announced_problem=problem), "Invalid", problem, events=events,
                      requeue=t.recheck_seconds)
     if o.missing:
-        problem = "; ".join(o.missing)
+        problem = truncate("; ".join(o.missing))
         events = () if m.announced_problem == problem else (_warning("InvalidSpec", problem),)
         return _step(o, replace(m, announced_problem=problem), "Invalid", f"cannot launch the driver: {problem}",
                      events=events, requeue=t.recheck_seconds)

@@ -84,7 +84,8 @@ def driver_pod(pod: Mapping[str, Any]) -> DriverPod:
         waiting_reason=waiting.get("reason") if waiting else None,
         exit_code=terminated.get("exitCode") if terminated else None,
         reason=reason,
-        message=message if reason != "Evicted" else (status.get("message") or message),
+        # The driver's words go into the status and Events: scrubbed here, as they are read.
+        message=contract.scrub_credentials(message if reason != "Evicted" else (status.get("message") or message)),
         report=parse_report(annotations.get(contract.STATUS_ANNOTATION)),
     )
 

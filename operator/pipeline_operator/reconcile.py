@@ -27,9 +27,11 @@ from pipeline_operator.lifecycle import (
     Stop,
     next_action,
 )
+from pipeline_operator.memory import Memory
 from pipeline_operator.metrics import Metrics
 from pipeline_operator.settings import Settings
 from pipeline_operator.spec import PipelineSpec, parse_spec, prerequisites
+from spark_app import contract
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Reconciler:
                  clock: Callable[[], float] = time.time) -> None:
         self._kube = kube
         self._tunables = settings.tunables()
+        self._allow_privileged = settings.allow_privileged_pod_templates
         self._metrics = metrics
         self._clock = clock
 
@@ -76,7 +79,8 @@ class Reconciler:
         spec: PipelineSpec | None = None
         problems: tuple[str, ...] = ()
         try:
-            spec = parse_spec(resource.get("spec") or {}, namespace=namespace, name=name)
+            spec = parse_spec(resource.get("spec") or {}, namespace=namespace, name=name,
+                              allow_privileged=self._allow_privileged)
         except InvalidSpec as invalid:
             problems = tuple(str(p) for p in invalid.problems)
         pod = self._kube.get_pod(namespace, names.driver_pod_name(name))
@@ -85,11 +89,12 @@ class Reconciler:
             # What FallbackToLogsOnError gives, for a kubelet that does not honour it: the
             # log's end says why (and, for exit code 3, which epoch is stored).
             tail = self._kube.log_tail(namespace, driver.name, names.DRIVER_CONTAINER)
-            driver = replace(driver, message=tail.strip())
+            driver = replace(driver, message=contract.scrub_credentials(tail.strip()))
+        memory = status.read_memory(resource.get("status"))
         missing: tuple[str, ...] = ()
         root_taken_by = ""
         if spec is not None and driver is None and spec.state == "running" and not deleting:
-            missing = self._kube.missing(namespace, prerequisites(spec))
+            missing = self._kube.missing(namespace, prerequisites(spec)) or self._refusal(resource, spec, memory)
             others = [p for p in self._kube.list_pipelines(namespace) if p["metadata"].get("uid") != meta["uid"]]
             root_taken_by = policy.root_taken_by(spec, meta.get("creationTimestamp") or "", others)
         cleanup = None
@@ -97,10 +102,19 @@ class Reconciler:
             cleanup = observe.pod_phase(self._kube.get_pod(namespace, names.cleanup_pod_name(name)))
         observed = Observed(
             now=self._clock(), generation=int(meta.get("generation") or 0), uid=meta["uid"], spec=spec,
-            memory=status.read_memory(resource.get("status")), driver=driver, problems=problems,
+            memory=memory, driver=driver, problems=problems,
             missing=missing, root_taken_by=root_taken_by, deleting=deleting, cleanup_phase=cleanup,
         )
         return observed, spec
+
+    def _refusal(self, resource: Mapping[str, Any], spec: PipelineSpec, memory: Memory) -> tuple[str, ...]:
+        """Why the API server would refuse the next driver pod (Pod Security, an admission
+        policy, a quota), asked before the launch is recorded: a refused pod is then
+        reported on the pipeline, like a missing claim, instead of failing each launch."""
+        pod = builders.driver_pod(spec, epoch=memory.epoch + 1, state_root=memory.state_root or spec.persistence.base_uri,
+                                  owner=builders.owner_reference(resource))
+        refusal = self._kube.refusal(pod)
+        return (contract.scrub_credentials(refusal),) if refusal else ()
 
     def _record(self, resource: Mapping[str, Any], decision: Decision) -> None:
         meta = resource["metadata"]

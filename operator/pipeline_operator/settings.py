@@ -45,6 +45,11 @@ class Settings:
     """The status's checkpoint follows a busy driver's commits at most this often."""
     api_threads: int = 8
     """Threads making blocking API calls for all pipelines together."""
+    allow_privileged_pod_templates: bool = False
+    """Let pod templates and sparkConf ask for host access and privileges (hostPath,
+    privileged, host namespaces and ports, added capabilities, root); another service
+    account and plain AWS keys stay refused. The chart sets it from
+    admission.allowPrivilegedPodTemplates, which relaxes its admission policy alike."""
     log_format: str = "plain"
     """plain, full or json (kopf's log formats)."""
     verbose: bool = False

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
+from pipeline_operator import podsecurity
 from pipeline_operator.errors import InvalidSpec, Problem
 from pipeline_operator.names import MAX_NAME_LENGTH, POD_IP_ENV, STATE_MOUNT_PATH
 from spark_app import contract
@@ -29,8 +30,9 @@ commit (while input waits) make a pipeline Degraded."""
 MIN_DEGRADED_WINDOW_INTERVALS = 2
 CLAIM_SCHEME = "pvc://"
 RESERVED_ENV = frozenset(contract.ALL) | {POD_IP_ENV}
-CREDENTIAL_ENV = frozenset({contract.AWS_ACCESS_KEY_ID, contract.AWS_SECRET_ACCESS_KEY, contract.AWS_SESSION_TOKEN})
 _SECRET_LOOKING_CONF = re.compile(r"(secret|password|session\.token|access\.key|credential)", re.IGNORECASE)
+# Spark's own references to Secrets for its executors (NAME:KEY, or a mount path): no values.
+_SECRET_REFERENCE_CONF = ("spark.kubernetes.executor.secretKeyRef.", "spark.kubernetes.executor.secrets.")
 _NONCE = re.compile(r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|)$")
 
@@ -213,8 +215,10 @@ class Prerequisite:
     """The spec field that names it, for messages."""
 
 
-def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str) -> PipelineSpec:
-    """The spec of a PersistentPipeline, or ``InvalidSpec`` listing every problem found."""
+def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str, allow_privileged: bool = False) -> PipelineSpec:
+    """The spec of a PersistentPipeline, or ``InvalidSpec`` listing every problem found.
+    ``allow_privileged`` lets pod templates ask for host access and privileges
+    (pipeline_operator.podsecurity)."""
     problems: list[Problem] = []
     reader = _Reader(raw, problems)
     if len(name) > MAX_NAME_LENGTH:
@@ -226,8 +230,8 @@ def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str) -> Pipeline
         persistence=persistence,  # type: ignore[arg-type]
         image=reader.string("image", DEFAULT_IMAGE, required=True),
         image_pull_policy=reader.choice("imagePullPolicy", ("Always", "IfNotPresent", "Never"), "IfNotPresent"),
-        application=_application(reader.section("application")),
-        driver=_driver(reader.section("driver")),
+        application=_application(reader.section("application"), allow_privileged),
+        driver=_driver(reader.section("driver"), allow_privileged),
         execution=_execution(reader.section("execution")),
         restart_policy=_restart_policy(reader.section("restartPolicy")),
         state=reader.choice("state", ("running", "suspended"), "running"),
@@ -347,7 +351,7 @@ class _Reader:
         return value
 
 
-def _application(r: _Reader) -> Application:
+def _application(r: _Reader, allow_privileged: bool) -> Application:
     file, module = r.optional_string("file"), r.optional_string("module")
     if (file is None) == (module is None):
         r.problem("", "set exactly one of file (a pipeline file in the image) and module")
@@ -355,9 +359,11 @@ def _application(r: _Reader) -> Application:
     for key, value in conf.items():
         if not isinstance(value, str):
             r.problem(f"sparkConf.{key}", "must be a string")
-        elif _SECRET_LOOKING_CONF.search(key):
+        elif _SECRET_LOOKING_CONF.search(key) and not key.startswith(_SECRET_REFERENCE_CONF):
             r.problem(f"sparkConf.{key}", "looks like a credential: put credentials in a Secret "
-                                          "(spec.persistence.s3.credentialsSecret or an env secretKeyRef)")
+                                          "(spec.persistence.s3.credentialsSecret, an env secretKeyRef, or "
+                                          "spark.kubernetes.executor.secretKeyRef.ENV=SECRET:KEY)")
+    r.problems.extend(podsecurity.spark_conf_problems(conf, allow_privileged=allow_privileged))
     limits = r.section("sourceDefaults")
     return Application(file=file, module=module, args=r.strings("args"), spark_conf=conf,
                        dead_letter_uri=r.optional_string("deadLetterUri"),
@@ -378,7 +384,7 @@ def _bytes(r: _Reader, key: str) -> int | None:
     return int(match.group(1)) * {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}[match.group(2)]
 
 
-def _driver(r: _Reader) -> Driver:
+def _driver(r: _Reader, allow_privileged: bool) -> Driver:
     env = r.raw.get("env", [])
     if not isinstance(env, list) or not all(isinstance(e, Mapping) and isinstance(e.get("name"), str)
                                             for e in env):
@@ -387,10 +393,10 @@ def _driver(r: _Reader) -> Driver:
     for i, var in enumerate(env):
         if var["name"] in RESERVED_ENV:
             r.problem(f"env[{i}].name", f"{var['name']} is set by the operator")
-        elif var["name"] in CREDENTIAL_ENV and "value" in var:
-            r.problem(f"env[{i}].value", f"{var['name']} must come from a Secret (valueFrom.secretKeyRef), "
-                                         "never as a plain value")
+        elif var["name"] in podsecurity.CREDENTIAL_ENV and "value" in var:
+            r.problem(f"env[{var['name']}].value", podsecurity.credential_message(var["name"]))
     template = r.mapping("podTemplate")
+    r.problems.extend(podsecurity.template_problems(template, allow_privileged=allow_privileged))
     return Driver(
         resources=r.mapping("resources"),
         env=tuple(dict(e) for e in env),

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline_operator import names
-from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart
+from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart, truncate
 from pipeline_operator.observe import QueryReport, format_time, parse_time
 
 JsonDict = dict[str, Any]
@@ -58,7 +58,7 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                             **({"iterate": r.iterate} if r.iterate is not None else {})}
                         for q, r in c.queries.items()},
         }
-    return status
+    return _bounded(status)
 
 
 def read_memory(status: Mapping[str, Any] | None) -> Memory:
@@ -100,6 +100,16 @@ def read_memory(status: Mapping[str, Any] | None) -> Memory:
         conditions=tuple(Condition(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
                          for c in s.get("conditions") or []),
     )
+
+
+def _bounded(value: Any) -> Any:
+    """Every string of the status cut to MAX_MESSAGE_CHARS, keys too (a query's name comes
+    from the driver): whatever a driver or a spec holds, the status stays bounded."""
+    if isinstance(value, dict):
+        return {truncate(k): _bounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bounded(v) for v in value]
+    return truncate(value) if isinstance(value, str) else value
 
 
 def _read_checkpoint(raw: Mapping[str, Any]) -> Checkpoint:

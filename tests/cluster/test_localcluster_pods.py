@@ -119,6 +119,18 @@ def test_fallback_to_logs_on_error_reports_the_logs_tail_of_a_failed_run(
     assert not main_state(quiet).terminated.message
 
 
+def test_a_read_only_root_filesystem_leaves_only_volumes_writable(core: client.CoreV1Api, namespace: str) -> None:
+    script = ("touch /tmp/on-root 2>/dev/null && echo root-writable; touch /scratch/file && echo scratch-writable; "
+              "echo x > /dev/null && echo devices-writable; echo done > /dev/termination-log")
+    core.create_namespaced_pod(namespace, shell_pod(
+        "readonly", script, securityContext={"readOnlyRootFilesystem": True},
+        volumes=[{"name": "scratch", "emptyDir": {}}], mounts=[{"name": "scratch", "mountPath": "/scratch"}]))
+    found = wait_for("readonly Succeeded", phase_in(core, namespace, "readonly", "Succeeded", "Failed"))
+    assert main_state(found).terminated.message == "done\n"
+    printed = core.read_namespaced_pod_log("readonly", namespace)
+    assert printed.split() == ["scratch-writable", "devices-writable"]
+
+
 def test_a_claims_folder_survives_the_pod(
     core: client.CoreV1Api, namespace: str, local_cluster: ClusterInfo
 ) -> None:

@@ -34,12 +34,13 @@ def target() -> Iterator[Target]:
 
 @pytest.fixture(scope="module")
 def release(target: Target) -> Iterator[Release]:
-    """Two fresh namespaces and the chart's CRDs; the release itself is installed by the tests."""
+    """Two fresh namespaces that enforce Pod Security "restricted" (the operator's and the
+    pipelines'), and the chart's CRDs; the release itself is installed by the tests."""
     suffix = uuid.uuid4().hex[:5]
     release = Release(target, "persistent-pipelines", f"pp-e2e-system-{suffix}",
                       Namespace(target, f"pp-e2e-{suffix}"))
-    for namespace in (release.system, release.jobs.name):
-        target.kubectl("create", "namespace", namespace)
+    for namespace in (release.system, release.jobs.name):  # both enforce Pod Security "restricted"
+        target.create_namespace(namespace)
     # Helm creates the CRDs only where they are absent and never upgrades them; the cluster
     # may hold an older copy from an earlier install.
     target.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))

@@ -27,12 +27,18 @@ class Release:
     def operator_account(self) -> str:
         return f"system:serviceaccount:{self.system}:{self.name}-operator"
 
-    def install(self, *values: str) -> None:
-        """helm upgrade --install with the target's values, serving only the jobs namespace."""
+    @property
+    def driver_account(self) -> str:
+        return f"system:serviceaccount:{self.jobs.name}:spark-app-driver"
+
+    def install(self, *values: str, kubernetes_executors: bool = False) -> None:
+        """helm upgrade --install with the target's values, serving only the jobs namespace;
+        ``kubernetes_executors`` lets its drivers run executor pods there."""
         self.target.helm("upgrade", "--install", self.name, str(CHART), "--namespace", self.system,
                          *self.target.helm_values(),
                          "--set", f"operator.watchNamespaces={{{self.jobs.name}}}",
-                         "--set", f"driver.jobNamespaces={{{self.jobs.name}}}",
+                         "--set", f"driver.jobNamespaces[0].name={self.jobs.name}",
+                         "--set", f"driver.jobNamespaces[0].kubernetesExecutors={str(kubernetes_executors).lower()}",
                          *values, "--wait", "--timeout", "5m")
         self.installs += 1
 

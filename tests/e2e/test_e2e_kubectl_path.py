@@ -1,5 +1,6 @@
 """The kubectl path: `kubectl apply -f crds/` and `kubectl apply -f deploy/persistent-pipelines.yaml`
-install a working operator without Helm (cluster-wide, drivers in `default`).
+install a working operator without Helm (cluster-wide, drivers in `default`), with the
+least privilege of a cluster-wide install (`kubectl auth can-i`).
 
 It runs before the story (tests/e2e/test_e2e_story.py) and removes everything it applied:
 this operator serves all namespaces, so it must be gone before another one serves any."""
@@ -7,6 +8,7 @@ this operator serves all namespaces, so it must be gone before another one serve
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +34,11 @@ CLAIM = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name
          "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
 
 
+def can_i(target: Target, account: str, verb: str, resource: str, namespace: str) -> bool:
+    answer = target.kubectl("auth", "can-i", verb, resource, "-n", namespace, f"--as={account}", check=False)
+    return answer.strip() == "yes"
+
+
 @pytest.fixture
 def applied(target: Target) -> Iterator[Target]:
     target.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
@@ -51,6 +58,17 @@ def test_the_rendered_manifest_installs_an_operator_that_serves_pipelines(applie
     default = Namespace(applied, "default")
     applied.kubectl("apply", "-n", "default", "-f", "-", stdin=json.dumps(CLAIM))
     applied.kubectl("apply", "-n", "default", "-f", "-", stdin=json.dumps(PIPELINE))
+    operator, driver_account = ("system:serviceaccount:persistent-pipelines:persistent-pipelines-operator",
+                                "system:serviceaccount:default:spark-app-driver")
+    # Cluster-wide: the operator serves every namespace, but reads Secrets only in the job namespace.
+    assert can_i(applied, operator, "create", "pods", "kube-system")
+    assert can_i(applied, operator, "get", "secrets", "default")
+    assert not can_i(applied, operator, "get", "secrets", "kube-system")
+    assert not can_i(applied, operator, "list", "secrets", "default")
+    assert can_i(applied, driver_account, "patch", "pods", "default")
+    assert not can_i(applied, driver_account, "create", "pods", "default"), "Local execution by default"
+    assert not can_i(applied, driver_account, "get", "secrets", "default")
+    assert not can_i(applied, driver_account, "get", "pods", "kube-system")
     driver = wait_for("a driver pod created by the operator", lambda: default.driver("e2e-kubectl-path"), 120)
     assert driver["spec"]["serviceAccountName"] == "spark-app-driver"
     assert driver["metadata"]["annotations"]["sparkapp.dev/epoch"] == "1"
@@ -60,3 +78,22 @@ def test_the_rendered_manifest_installs_an_operator_that_serves_pipelines(applie
     # answers 403, but says NamespaceTerminating and is not about the manifest's roles.
     denied = [line for line in log.splitlines() if RBAC_DENIAL in line]
     assert not denied, "\n".join(denied[:5])
+
+    # A pipeline in a namespace that is no job namespace: the operator may not read its Secret,
+    # and says which chart value fixes it.
+    elsewhere = Namespace(applied, f"e2e-elsewhere-{uuid.uuid4().hex[:5]}")
+    applied.create_namespace(elsewhere.name)
+    try:
+        applied.kubectl("create", "secret", "generic", "s3-creds", "-n", elsewhere.name,
+                        "--from-literal=AWS_ACCESS_KEY_ID=x", "--from-literal=AWS_SECRET_ACCESS_KEY=y")
+        s3 = json.loads(json.dumps(PIPELINE))
+        s3["spec"]["persistence"] = {"s3": {"bucket": "pipelines", "credentialsSecret": {"name": "s3-creds"}}}
+        applied.kubectl("apply", "-n", elsewhere.name, "-f", "-", stdin=json.dumps(s3))
+        message = wait_for("the refused read reported", lambda: "may not read Secret" in (
+            found := elsewhere.status("e2e-kubectl-path").get("message", "")) and found, 60)
+        assert "list this namespace in the chart's driver.jobNamespaces" in message, message
+        assert elsewhere.status("e2e-kubectl-path")["phase"] == "Invalid" and not elsewhere.driver("e2e-kubectl-path")
+    finally:
+        applied.kubectl("delete", "ppl", "e2e-kubectl-path", "-n", elsewhere.name, "--ignore-not-found",
+                        "--timeout=60s", check=False)
+        applied.kubectl("delete", "namespace", elsewhere.name, "--wait=false", check=False)

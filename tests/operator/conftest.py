@@ -12,7 +12,18 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client, config
-from ppl_cluster import CRDS, DRIVER_RBAC, GROUP, PLURAL, PV_ROOT, VERSION, Namespace, Operator, claim
+from ppl_cluster import (
+    CRDS,
+    DRIVER_RBAC,
+    GROUP,
+    PLURAL,
+    PV_ROOT,
+    RESTRICTED,
+    VERSION,
+    Namespace,
+    Operator,
+    claim,
+)
 
 from localcluster import ClusterInfo
 from localcluster.testing import wait_for
@@ -49,11 +60,13 @@ def api(cluster: ClusterInfo) -> client.ApiClient:
 @pytest.fixture
 def ns(cluster: ClusterInfo, api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[Namespace]:
     """A fresh namespace with the driver's service account (allowed to report on its pod)
-    and two claims: ``state`` for the pipeline's state, ``data`` for its input and output."""
+    and two claims: ``state`` for the pipeline's state, ``data`` for its input and output.
+    It enforces Pod Security "restricted": the API server refuses any pod the operator or
+    Spark would build that does not meet it."""
     slug = request.node.name.removeprefix("test_")[:18].replace("_", "-").strip("-").lower()
     name = f"ppl-{slug}-{uuid.uuid4().hex[:5]}"
     namespace = Namespace(name, cluster, api)
-    namespace.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    namespace.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=RESTRICTED)))
     wait_for("the default service account", lambda: namespace.core.list_namespaced_service_account(name).items)
     namespace.apply(*DRIVER_RBAC, claim("state"), claim("data"))
     yield namespace

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
 PV_ROOT = ROOT / ".cache" / "cluster" / "pv"
 GROUP, VERSION, PLURAL = "sparkapp.dev", "v1alpha1", "persistentpipelines"
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 
 DRIVER_RBAC: list[dict[str, Any]] = [
     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spark-app-driver"}},

@@ -46,3 +46,39 @@ def test_executors_are_pods_of_the_driver_and_a_relaunch_replaces_them(ns: Names
     eventually("a new executor for epoch 2", lambda: ns.driver("wordcount", epoch=2) and
                [e for e in executors(ns) if e not in first], timeout=240)
     eventually("b.csv counted", lambda: replay(data / "result.jsonlines") == {"pear": 2, "plum": 2}, timeout=300)
+
+
+def test_executors_get_the_s3_credentials_through_secret_references(ns: Namespace, operator: Operator) -> None:
+    """Executors write the state stores into the checkpoint, which is in S3 here: they need
+    the credentials the driver has, as references to the same Secret (never values)."""
+    import boto3
+    from kubernetes import client
+
+    ns.rbac.replace_namespaced_role("spark-app-driver", ns.name, EXECUTOR_RBAC)
+    s3 = boto3.client("s3", endpoint_url=ns.cluster.s3_endpoint, region_name="us-east-1",
+                      aws_access_key_id="localcluster", aws_secret_access_key="localcluster-secret")
+    bucket = f"ppl-{ns.name[-5:]}"
+    s3.create_bucket(Bucket=bucket)
+    ns.core.create_namespaced_secret(ns.name, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s3-creds"),
+        string_data={"AWS_ACCESS_KEY_ID": "localcluster", "AWS_SECRET_ACCESS_KEY": "localcluster-secret"}))
+    data = ns.folder("data")
+    write_words(data, "a.csv", ["rye", "oat", "rye"])
+    manifest = wordcount(execution={"mode": "Kubernetes", "executors": {"instances": 1, "cores": 1, "memory": "512m"}})
+    manifest["spec"]["application"]["sparkConf"] = {
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.options.claimName": "data",
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.mount.path": "/data"}
+    manifest["spec"]["persistence"] = {
+        "snapshotIntervalSeconds": 5,
+        "s3": {"bucket": bucket, "endpoint": ns.cluster.s3_endpoint, "region": "us-east-1",
+               "credentialsSecret": {"name": "s3-creds"}}}
+    ns.apply(manifest)
+
+    executor = eventually("an executor", lambda: executors(ns), timeout=180)[0]
+    env = {e.name: e for e in ns.core.read_namespaced_pod(executor, ns.name).spec.containers[0].env}
+    assert env["AWS_SECRET_ACCESS_KEY"].value is None
+    assert env["AWS_SECRET_ACCESS_KEY"].value_from.secret_key_ref.name == "s3-creds"
+    eventually("a.csv counted", lambda: replay(data / "result.jsonlines") == {"rye": 2, "oat": 1}, timeout=300)
+    stored = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{ns.name}/wordcount/").get("Contents", [])]
+    # The aggregation's state store, written by the executor's task into the S3 checkpoint.
+    assert any("/state/" in key and key.endswith((".changelog", ".zip")) for key in stored), stored

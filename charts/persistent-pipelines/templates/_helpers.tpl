@@ -92,6 +92,30 @@ app.kubernetes.io/component: operator
 
 {{/* ---- the drivers ---- */}}
 
+{{/*
+The job namespaces as a JSON list of {name, kubernetesExecutors, serviceAccountAnnotations}:
+an entry of driver.jobNamespaces is a name (the drivers' defaults apply) or an object.
+*/}}
+{{- define "persistent-pipelines.jobNamespaces" -}}
+{{- $all := list }}
+{{- range .Values.driver.jobNamespaces }}
+{{- $entry := kindIs "string" . | ternary (dict "name" .) . }}
+{{- $executors := hasKey $entry "kubernetesExecutors" | ternary $entry.kubernetesExecutors $.Values.driver.rbac.kubernetesExecutors }}
+{{- $annotations := merge (deepCopy ($entry.serviceAccountAnnotations | default dict)) $.Values.driver.serviceAccount.annotations }}
+{{- $all = append $all (dict "name" $entry.name "kubernetesExecutors" $executors "serviceAccountAnnotations" $annotations) }}
+{{- end }}
+{{- toJson $all }}
+{{- end }}
+
+{{/* The names of the job namespaces, as a JSON list. */}}
+{{- define "persistent-pipelines.jobNamespaceNames" -}}
+{{- $names := list }}
+{{- range include "persistent-pipelines.jobNamespaces" . | fromJsonArray }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
 {{- define "persistent-pipelines.driver.serviceAccountName" -}}
 {{- .Values.driver.serviceAccount.name }}
 {{- end }}
@@ -100,16 +124,50 @@ app.kubernetes.io/component: operator
 {{- include "persistent-pipelines.fullname" . }}-driver
 {{- end }}
 
+{{/* The operator's Role in each job namespace: the Secrets its pipelines name. */}}
+{{- define "persistent-pipelines.operator.secretsRoleName" -}}
+{{- include "persistent-pipelines.operator.name" . }}-secrets
+{{- end }}
+
 {{- define "persistent-pipelines.driver.labels" -}}
 {{ include "persistent-pipelines.labels" . }}
 app.kubernetes.io/component: driver
 {{- end }}
 
+{{/* ---- admission ---- */}}
+
+{{- define "persistent-pipelines.admission.pipelinesName" -}}
+{{- include "persistent-pipelines.fullname" . }}-pipelines
+{{- end }}
+
+{{- define "persistent-pipelines.admission.driverPodsName" -}}
+{{- include "persistent-pipelines.fullname" . }}-driver-pods
+{{- end }}
+
+{{- define "persistent-pipelines.admission.labels" -}}
+{{ include "persistent-pipelines.labels" . }}
+app.kubernetes.io/component: admission
+{{- end }}
+
+{{/* The accounts a pipeline may name in spec.driver.serviceAccountName, as a CEL list. */}}
+{{- define "persistent-pipelines.admission.driverAccounts" -}}
+{{- $accounts := prepend .Values.admission.driverServiceAccounts (include "persistent-pipelines.driver.serviceAccountName" .) }}
+{{- $quoted := list }}
+{{- range $accounts | uniq }}
+{{- $quoted = append $quoted (printf "'%s'" .) }}
+{{- end }}
+{{- printf "[%s]" (join ", " $quoted) }}
+{{- end }}
+
 {{/* Fails the render on combinations the schema cannot express. */}}
 {{- define "persistent-pipelines.validate" -}}
 {{- $watched := .Values.operator.watchNamespaces }}
+{{- $names := include "persistent-pipelines.jobNamespaceNames" . | fromJsonArray }}
+{{- if ne (len $names) (len ($names | uniq)) }}
+{{- fail (printf "driver.jobNamespaces: a namespace is listed twice in %v" $names) }}
+{{- end }}
 {{- if $watched }}
-{{- range .Values.driver.jobNamespaces }}
+{{- range $names }}
 {{- if not (has . $watched) }}
 {{- fail (printf "driver.jobNamespaces: %q is not in operator.watchNamespaces %v: no operator would serve its pipelines" . $watched) }}
 {{- end }}

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from spark_app import contract
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm import class_archive
 from spark_app.runtime.jvm.jars import jars_dir
@@ -106,7 +108,8 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
     classpath = os.path.join(jars, "*")
     builder = (SparkSession.builder.config("spark.driver.extraClassPath", classpath)
                .config("spark.executor.extraClassPath", classpath))
-    settings = dict(conf)
+    # In Kubernetes execution, executors are built from the operator's pod template.
+    settings = {**conf, **contract.executor_pod_template_conf(os.environ, tempfile.gettempdir())}
     archive = class_archive.java_options(jars)
     if archive:
         # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).

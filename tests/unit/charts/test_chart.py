@@ -14,6 +14,9 @@ from chart_render import CHART, ROOT, Manifest, Rendered, helm, render, render_e
 PIPELINES_ROLE = "persistent-pipelines-operator-pipelines"
 CLUSTER_ROLE = "persistent-pipelines-operator"
 DRIVER_ROLE = "persistent-pipelines-driver"
+SECRETS_ROLE = "persistent-pipelines-operator-secrets"
+PIPELINES_POLICY = "persistent-pipelines-pipelines"
+DRIVER_PODS_POLICY = "persistent-pipelines-driver-pods"
 
 
 def rules(role: Manifest) -> dict[tuple[str, str], set[str]]:
@@ -183,7 +186,6 @@ def test_the_operator_gets_exactly_the_permissions_its_readme_lists() -> None:
         ("", "pods/log"): {"get"},
         ("", "services"): {"get", "create"},
         ("", "events"): {"create", "patch"},
-        ("", "secrets"): {"get"},
         ("", "persistentvolumeclaims"): {"get"},
         ("", "serviceaccounts"): {"get"},
     }
@@ -191,6 +193,20 @@ def test_the_operator_gets_exactly_the_permissions_its_readme_lists() -> None:
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("", "namespaces"): {"list", "watch"},
     }
+
+
+@pytest.mark.parametrize("watch", [[], ["team-a", "team-b", "team-c"]], ids=["cluster-wide", "namespaced"])
+def test_the_operator_reads_secrets_only_in_the_job_namespaces(watch: list[str]) -> None:
+    rendered = render({"operator": {"watchNamespaces": watch}, "driver": {"jobNamespaces": ["team-a", "team-b"]}})
+    assert not [r for role in rendered.all("ClusterRole") for r in rules(role) if r[1] == "secrets"]
+    roles = [r for r in rendered.all("Role") if r["metadata"]["name"] == SECRETS_ROLE]
+    assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
+    assert all(rules(r) == {("", "secrets"): {"get"}} for r in roles)
+    for namespace in ("team-a", "team-b"):
+        binding = rendered.one("RoleBinding", SECRETS_ROLE, namespace)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SECRETS_ROLE}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "persistent-pipelines-operator",
+                                        "namespace": "pp-system"}]
 
 
 def test_watching_all_namespaces_binds_the_pipeline_permissions_cluster_wide() -> None:
@@ -239,22 +255,43 @@ def test_creates_driver_rbac_in_every_job_namespace() -> None:
         assert role["metadata"]["namespace"] == namespace
 
 
-def test_drivers_may_manage_executor_pods_and_their_configmaps_and_nothing_else() -> None:
-    assert rules(render().one("Role", DRIVER_ROLE, "default")) == {
-        ("", "pods"): {"get", "list", "watch", "create", "patch", "delete", "deletecollection"},
-        ("", "configmaps"): {"list", "create", "delete", "deletecollection"},
-        ("", "services"): {"list", "delete", "deletecollection"},
-    }
+EXECUTOR_RULES = {
+    ("", "pods"): {"get", "list", "watch", "create", "patch", "delete", "deletecollection"},
+    ("", "configmaps"): {"list", "create", "delete", "deletecollection"},
+    ("", "services"): {"list", "delete", "deletecollection"},
+}
 
 
-def test_without_kubernetes_executors_a_driver_may_only_report_on_its_pod() -> None:
-    role = render({"driver": {"rbac": {"kubernetesExecutors": False}}}).one("Role", DRIVER_ROLE, "default")
-    assert rules(role) == {("", "pods"): {"get", "patch"}}
+def test_by_default_a_driver_may_only_report_on_its_pod() -> None:
+    assert rules(render().one("Role", DRIVER_ROLE, "default")) == {("", "pods"): {"get", "patch"}}
+
+
+def test_executors_are_granted_only_to_the_namespaces_that_use_kubernetes_execution() -> None:
+    rendered = render({"driver": {"jobNamespaces": ["batch", {"name": "spark", "kubernetesExecutors": True}]}})
+    assert rules(rendered.one("Role", DRIVER_ROLE, "batch")) == {("", "pods"): {"get", "patch"}}
+    assert rules(rendered.one("Role", DRIVER_ROLE, "spark")) == EXECUTOR_RULES
+    everywhere = render({"driver": {"jobNamespaces": ["a", {"name": "b", "kubernetesExecutors": False}],
+                                    "rbac": {"kubernetesExecutors": True}}})
+    assert rules(everywhere.one("Role", DRIVER_ROLE, "a")) == EXECUTOR_RULES
+    assert rules(everywhere.one("Role", DRIVER_ROLE, "b")) == {("", "pods"): {"get", "patch"}}
+
+
+def test_each_job_namespace_may_give_its_drivers_a_cloud_identity_of_its_own() -> None:
+    rendered = render({"driver": {
+        "serviceAccount": {"annotations": {"team": "data"}},
+        "jobNamespaces": [{"name": "ads", "serviceAccountAnnotations": {"eks.amazonaws.com/role-arn": "arn:ads"}},
+                          {"name": "fraud", "serviceAccountAnnotations": {"eks.amazonaws.com/role-arn": "arn:fraud"}},
+                          "scratch"]}})
+    annotations = {ns: rendered.one("ServiceAccount", "spark-app-driver", ns)["metadata"].get("annotations")
+                   for ns in ("ads", "fraud", "scratch")}
+    assert annotations == {"ads": {"team": "data", "eks.amazonaws.com/role-arn": "arn:ads"},
+                           "fraud": {"team": "data", "eks.amazonaws.com/role-arn": "arn:fraud"},
+                           "scratch": {"team": "data"}}
 
 
 def test_drivers_never_read_secrets_or_claims_unless_a_rule_is_added() -> None:
-    assert not {r for _, r in rules(render().one("Role", DRIVER_ROLE, "default"))} & {
-        "secrets", "persistentvolumeclaims"}
+    executors = render({"driver": {"rbac": {"kubernetesExecutors": True}}}).one("Role", DRIVER_ROLE, "default")
+    assert not {r for _, r in rules(executors)} & {"secrets", "persistentvolumeclaims"}
     extra = {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list"]}
     role = render({"driver": {"rbac": {"extraRules": [extra]}}}).one("Role", DRIVER_ROLE, "default")
     assert rules(role)[("", "persistentvolumeclaims")] == {"list"}
@@ -265,6 +302,65 @@ def test_the_driver_account_is_the_one_the_examples_name() -> None:
         pipeline = yaml.safe_load(example.read_text())
         assert pipeline["spec"]["driver"]["serviceAccountName"] == "spark-app-driver", example.name
     assert render().one("ServiceAccount", "spark-app-driver", "default")
+
+
+# ---- admission ----------------------------------------------------------------------------
+
+
+def validations(rendered: Rendered) -> list[str]:
+    return [v["message"] for v in rendered.one("ValidatingAdmissionPolicy", PIPELINES_POLICY)["spec"]["validations"]]
+
+
+def test_the_api_server_refuses_escalating_pipelines_where_the_operator_serves() -> None:
+    rendered = render()
+    policy = rendered.one("ValidatingAdmissionPolicy", PIPELINES_POLICY)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["persistentpipelines"]
+    messages = " ".join(validations(rendered))
+    for field in ("serviceAccountName", "hostNetwork", "hostPID", "hostIPC", "hostPath", "privileged",
+                  "allowPrivilegeEscalation", "capabilities.add", "hostPort", "runAsUser", "runAsNonRoot",
+                  "seccompProfile", "env[].value"):
+        assert field in messages, field
+    binding = rendered.one("ValidatingAdmissionPolicyBinding", PIPELINES_POLICY)
+    assert binding["spec"] == {"policyName": PIPELINES_POLICY, "validationActions": ["Deny"]}, "all namespaces"
+    namespaced = render({"operator": {"watchNamespaces": ["a", "b"]}, "driver": {"jobNamespaces": ["a"]}})
+    selector = namespaced.one("ValidatingAdmissionPolicyBinding", PIPELINES_POLICY)["spec"]["matchResources"]
+    assert selector["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]
+
+
+def test_relaxing_allows_privileges_but_never_another_account_or_plain_keys() -> None:
+    relaxed = render({"admission": {"allowPrivilegedPodTemplates": True}})
+    messages = " ".join(validations(relaxed))
+    assert "hostPath" not in messages and "privileged" not in messages and "hostNetwork" not in messages
+    assert "spec.driver.podTemplate.spec.serviceAccountName" in messages and "env[].value" in messages
+    assert "--allow-privileged-pod-templates" in relaxed.args and "--allow-privileged-pod-templates" not in render().args
+
+
+def test_pipelines_may_name_only_the_drivers_account_unless_more_are_listed() -> None:
+    account_rule = next(v for v in render().one("ValidatingAdmissionPolicy", PIPELINES_POLICY)["spec"]["validations"]
+                        if v["message"].startswith("spec.driver.serviceAccountName:"))
+    assert account_rule["expression"].endswith("in [''] + ['spark-app-driver']")
+    more = render({"admission": {"driverServiceAccounts": ["spark-gpu"]}}).one("ValidatingAdmissionPolicy",
+                                                                               PIPELINES_POLICY)
+    assert any(v["expression"].endswith("['spark-app-driver', 'spark-gpu']") for v in more["spec"]["validations"])
+    anyone = render({"admission": {"driverServiceAccounts": ["*"]}})
+    assert not [m for m in validations(anyone) if m.startswith("spec.driver.serviceAccountName:")]
+
+
+def test_drivers_may_change_only_their_own_pod_and_executors_in_the_job_namespaces() -> None:
+    rendered = render({"driver": {"jobNamespaces": ["a", {"name": "b", "kubernetesExecutors": True}]}})
+    policy = rendered.one("ValidatingAdmissionPolicy", DRIVER_PODS_POLICY)
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    assert policy["spec"]["matchConditions"] == [{"name": "the-drivers-account", "expression": (
+        "request.userInfo.username in ['system:serviceaccount:a:spark-app-driver', "
+        "'system:serviceaccount:b:spark-app-driver']")}]
+    assert rendered.one("ValidatingAdmissionPolicyBinding", DRIVER_PODS_POLICY)["spec"]["validationActions"] == ["Deny"]
+
+
+def test_admission_policies_can_be_left_out() -> None:
+    rendered = render({"admission": {"enabled": False}})
+    assert not rendered.all("ValidatingAdmissionPolicy") and not rendered.all("ValidatingAdmissionPolicyBinding")
 
 
 # ---- values: documented, typed, refused when wrong ------------------------------------------------
@@ -278,6 +374,9 @@ def test_the_driver_account_is_the_one_the_examples_name() -> None:
     ({"operator": {"livenessPort": 70000}}, "/operator/livenessPort"),
     ({"operator": {"watchNamespaces": ["Team_A"]}}, "/operator/watchNamespaces/0"),
     ({"driver": {"jobNamespaces": ["default", "default"]}}, "/driver/jobNamespaces"),
+    ({"driver": {"jobNamespaces": [{"name": "a", "executors": True}]}}, "/driver/jobNamespaces/0"),
+    ({"driver": {"jobNamespaces": [{"name": "a"}, "a"]}}, "driver.jobNamespaces: a namespace is listed twice"),
+    ({"admission": {"driverServiceAccounts": ["Admin"]}}, "/admission/driverServiceAccounts/0"),
     ({"driver": {"serviceAccount": {"name": ""}}}, "/driver/serviceAccount/name"),
     ({"operator": {"extraArgs": ["resync=3"]}}, "/operator/extraArgs/0"),
 ])

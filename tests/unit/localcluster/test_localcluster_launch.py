@@ -35,3 +35,8 @@ def test_a_termination_message_path_inside_a_volume_is_mounted_after_the_volume(
 def test_an_empty_termination_message_path_mounts_nothing() -> None:
     spec = launch(terminationMessagePath="")
     assert spec.termination_file is None and spec.mounts == []
+
+
+def test_a_read_only_root_filesystem_is_passed_on_to_the_container() -> None:
+    assert launch(securityContext={"readOnlyRootFilesystem": True}).read_only_root
+    assert not launch(securityContext={"runAsNonRoot": True}).read_only_root and not launch().read_only_root

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 import pytest
-from pipeline_operator import builders, names
+from pipeline_operator import builders, names, podsecurity
 from pipeline_operator.spec import PipelineSpec
 from ppl_factories import NAME, NAMESPACE, S3_SPEC, spec
 
@@ -51,7 +51,8 @@ def test_a_filesystem_driver_reads_the_config_the_operator_meant() -> None:
     config = Config.from_env(container_env(driver_pod(s, epoch=3, root="pvc://state/team/wc/resets/r1")))
     backend = Backend.filesystem("/var/lib/spark-app/state/team/wc/resets/r1")
     assert config == Config(metadata_storage=backend, snapshot_storage=backend, snapshot_interval_ms=10_000,
-                            epoch=3, pipeline="team/wc", spark_conf={"spark.master": "local[2]"})
+                            epoch=3, pipeline="team/wc",
+                            spark_conf={**podsecurity.scratch_spark_conf(), "spark.master": "local[2]"})
 
 
 def test_an_s3_driver_reads_the_config_the_operator_meant_and_gets_credentials_only_from_the_secret() -> None:
@@ -61,7 +62,8 @@ def test_an_s3_driver_reads_the_config_the_operator_meant_and_gets_credentials_o
                          path_style=True)
     assert Config.from_env(env) == Config(
         metadata_storage=backend, snapshot_storage=backend, snapshot_interval_ms=5000, epoch=9, pipeline="team/wc",
-        spark_conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"})
+        spark_conf={**podsecurity.scratch_spark_conf(), "spark.master": "local[2]",
+                    "spark.sql.shuffle.partitions": "4"})
     assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == ("AKIAEXAMPLE", "hunter2")
     assert "hunter2" not in json.dumps(driver_pod(s)) and "AKIAEXAMPLE" not in json.dumps(driver_pod(s))
 
@@ -113,8 +115,10 @@ def test_the_driver_pod_is_named_labelled_annotated_and_owned() -> None:
     assert container["args"] == ["driver", "examples/wordcount.py", "--input", "/data/in", "--output", "/data/out.jsonl"]
     assert container["terminationMessagePath"] == contract.TERMINATION_LOG
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert pod["spec"]["volumes"] == [{"name": "state", "persistentVolumeClaim": {"claimName": "state"}}]
-    assert container["volumeMounts"] == [{"name": "state", "mountPath": "/var/lib/spark-app/state"}]
+    assert pod["spec"]["volumes"] == [*podsecurity.scratch_volumes(),
+                                      {"name": "state", "persistentVolumeClaim": {"claimName": "state"}}]
+    assert container["volumeMounts"] == [*podsecurity.scratch_mounts(),
+                                         {"name": "state", "mountPath": "/var/lib/spark-app/state"}]
     assert "ports" not in container
 
 
@@ -124,7 +128,8 @@ def test_a_module_pipeline_runs_with_dash_m() -> None:
 
 def test_an_s3_driver_mounts_no_claim() -> None:
     pod = driver_pod(spec(S3_SPEC))
-    assert pod["spec"]["volumes"] == [] and pod["spec"]["containers"][0]["volumeMounts"] == []
+    assert pod["spec"]["volumes"] == podsecurity.scratch_volumes()
+    assert pod["spec"]["containers"][0]["volumeMounts"] == podsecurity.scratch_mounts()
 
 
 def test_the_pod_template_adds_to_the_pod_and_the_operators_fields_win() -> None:
@@ -143,11 +148,11 @@ def test_the_pod_template_adds_to_the_pod_and_the_operators_fields_win() -> None
     pod = driver_pod(spec(driver={"podTemplate": template, "env": [{"name": "TZ", "value": "UTC"}]}))
     assert pod["metadata"]["labels"]["team"] == "ads" and pod["metadata"]["labels"][names.LABEL_PIPELINE] == NAME
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["nodeSelector"] == {"pool": "spark"}
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["data", "state"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "spark-local", "cache", "data", "state"]
     driver, sidecar = pod["spec"]["containers"]
     assert (driver["name"], sidecar["name"]) == ("driver", "sidecar")
     assert driver["command"] == ["sh", "-c", "exec sleep 1000"] and driver["image"] == spec().image
-    assert [m["mountPath"] for m in driver["volumeMounts"]] == ["/data", "/var/lib/spark-app/state"]
+    assert [m["mountPath"] for m in driver["volumeMounts"]][-2:] == ["/data", "/var/lib/spark-app/state"]
     env = [v["name"] for v in driver["env"]]
     assert env[0] == "EXTRA" and "TZ" in env and contract.EPOCH in env
 
@@ -182,7 +187,8 @@ def test_the_cleanup_pod_resets_the_whole_base_with_the_runtimes_own_command(bas
         assert env[contract.S3_ENDPOINT]["value"] == "http://127.0.0.1:9000"
         assert "secretKeyRef" in env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]
     else:
-        assert container["volumeMounts"] == [{"name": "state", "mountPath": "/var/lib/spark-app/state"}]
+        assert container["volumeMounts"] == [*podsecurity.scratch_mounts(),
+                                             {"name": "state", "mountPath": "/var/lib/spark-app/state"}]
 
 
 def test_owner_reference_points_at_the_pipeline_as_controller() -> None:

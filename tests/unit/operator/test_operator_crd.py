@@ -11,6 +11,7 @@ import pytest
 import yaml
 from pipeline_operator import names
 from pipeline_operator.lifecycle import next_action
+from pipeline_operator.memory import MAX_MESSAGE_CHARS
 from pipeline_operator.spec import parse_spec
 from pipeline_operator.status import render
 from ppl_factories import NAME, NAMESPACE, TUNABLES, observed, raw, spec
@@ -106,3 +107,21 @@ def test_what_the_operator_writes_in_status_fits_the_status_schema() -> None:
     first = next_action(observed(spec()), TUNABLES).memory
     assert unknown_fields(SCHEMA["properties"]["status"], render(first, name=NAME, generation=1, previous={},
                                                                  now=0.0)) == []
+
+
+def test_the_status_schema_bounds_the_free_text_fields_at_what_the_operator_writes() -> None:
+    """The API server refuses longer strings, from any writer; the operator's own status
+    cuts every string to MAX_MESSAGE_CHARS (test_operator_status), so it always fits."""
+    status = SCHEMA["properties"]["status"]["properties"]
+    bounded = {
+        "message": status["message"], "conditions.message": status["conditions"]["items"]["properties"]["message"],
+        "conditions.reason": status["conditions"]["items"]["properties"]["reason"],
+        "lastFailure.message": status["lastFailure"]["properties"]["message"],
+        "lastFailure.reason": status["lastFailure"]["properties"]["reason"],
+        "restarts.recent.reason": status["restarts"]["properties"]["recent"]["items"]["properties"]["reason"],
+        "nextLaunch.reason": status["nextLaunch"]["properties"]["reason"],
+        "halt.reason": status["halt"]["properties"]["reason"],
+        "bookkeeping.announcedProblem": status["bookkeeping"]["properties"]["announcedProblem"],
+    }
+    assert {field: schema.get("maxLength") for field, schema in bounded.items()} == dict.fromkeys(
+        bounded, MAX_MESSAGE_CHARS)

@@ -16,7 +16,7 @@ from pipeline_operator.lifecycle import (
     Stop,
     next_action,
 )
-from pipeline_operator.memory import Checkpoint, Failure, Halt, Memory
+from pipeline_operator.memory import MAX_MESSAGE_CHARS, Checkpoint, Failure, Halt, Memory
 from pipeline_operator.observe import QueryReport
 from ppl_factories import NOW, TUNABLES, driver, ended, launched, observed, report, root_of, spec
 
@@ -69,6 +69,18 @@ def test_an_invalid_spec_creates_no_pod_and_leaves_a_running_driver_alone() -> N
     assert condition(d, "Ready") == ("False", "InvalidSpec")
     running = decide(None, launched(S, driver_uid="pod-1"), problems=problems, driver=driver(S))
     assert running.action is None and condition(running, "Ready") == ("True", "DriverRunning")
+
+
+def test_a_long_list_of_problems_is_recorded_bounded_and_still_announced_once() -> None:
+    problems = tuple(f"spec.driver.env[{i}].name: SPARK_APP_EPOCH is set by the operator" for i in range(400))
+    d = decide(None, problems=problems)
+    assert reasons(d) == ["InvalidSpec"] and len(d.memory.announced_problem) <= MAX_MESSAGE_CHARS
+    assert decide(None, d.memory, problems=problems).events == ()
+    missing = tuple(f"spec.persistence.filesystem.claimName: PersistentVolumeClaim team/c{i} does not exist"
+                    for i in range(400))
+    d = decide(S, missing=missing)
+    assert reasons(d) == ["InvalidSpec"] and len(d.memory.announced_problem) <= MAX_MESSAGE_CHARS
+    assert decide(S, d.memory, missing=missing).events == ()
 
 
 # ---- a driver running --------------------------------------------------------------------------

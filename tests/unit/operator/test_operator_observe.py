@@ -86,3 +86,12 @@ def test_times_are_rfc3339_in_utc_with_milliseconds_or_whole_seconds() -> None:
     assert parse_time("2027-01-15T08:00:00Z") == parse_time("2027-01-15T08:00:00.000Z") == 1_800_000_000.0
     assert parse_time(format_time(1_800_000_000.5)) == 1_800_000_000.5
     assert parse_time(None) is None and parse_time("") is None
+def test_credentials_in_a_termination_message_are_scrubbed_as_the_pod_is_read() -> None:
+    message = ("RuntimeError: cannot reach postgres://app:hunter2@db/orders with key AKIAIOSFODNN7EXAMPLE\n"
+               f"{contract.STALE_EPOCH_PREFIX}4")
+    status = {"phase": "Failed", "containerStatuses": [{"name": "driver", "state": {"terminated": {
+        "exitCode": 3, "reason": "Error", "message": message}}}]}
+    pod = driver_pod(pod_json(S, status=status))
+    assert "hunter2" not in pod.message and "AKIAIOSFODNN7EXAMPLE" not in pod.message
+    assert pod.message.startswith("RuntimeError: cannot reach postgres://app:[redacted]@db/orders")
+    assert pod.stale_epoch == 4

@@ -33,6 +33,8 @@ class FakeKube:
         self.logs = ""
         self.conflict_next_write = False
         self.others: list[dict[str, Any]] = []
+        self.refuse = ""
+        self.dry_runs: list[dict[str, Any]] = []
 
     def get_pipeline(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append("get_pipeline")
@@ -82,6 +84,10 @@ class FakeKube:
     def missing(self, namespace: str, needed: Iterable[Prerequisite]) -> tuple[str, ...]:
         return tuple(f"{p.field}: {p.kind} {namespace}/{p.name} does not exist"
                      for p in needed if p.name not in self.existing)
+
+    def refusal(self, pod: dict[str, Any]) -> str:
+        self.dry_runs.append(copy.deepcopy(pod))
+        return self.refuse
 
     def end_driver(self, exit_code: int, message: str = "") -> None:
         pod = self.pods[names.driver_pod_name(NAME)]
@@ -229,3 +235,46 @@ def test_a_clean_exit_reads_no_log(metrics: Metrics) -> None:
     kube.end_driver(0)
     run.reconcile(NAMESPACE, NAME)
     assert not any(c.startswith("log_tail") for c in kube.calls)
+
+
+def test_credentials_in_the_log_tail_never_reach_the_status_or_events(metrics: Metrics) -> None:
+    kube = FakeKube(raw())
+    run = reconciler(kube, metrics)
+    run.reconcile(NAMESPACE, NAME)
+    kube.end_driver(1)
+    kube.logs = ("Traceback (most recent call last):\n"
+                 "RuntimeError: login as admin password=hunter2 with AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n")
+    outcome = run.reconcile(NAMESPACE, NAME)
+    assert kube.resource is not None
+    written = str(kube.resource["status"]) + str([e.message for e in outcome.events])
+    assert "hunter2" not in written and "wJalrXUtnFEMI" not in written
+    assert "RuntimeError: login as admin password=[redacted]" in kube.resource["status"]["lastFailure"]["message"]
+
+
+def test_a_driver_pod_the_api_server_would_refuse_is_reported_and_not_launched(metrics: Metrics) -> None:
+    kube = FakeKube(raw())
+    kube.refuse = ('the API server refuses its pod (403): pods "wc-driver" is forbidden: violates PodSecurity '
+                   '"restricted:latest": restricted volume types (volume "nfs" uses restricted volume type "nfs")')
+    run = reconciler(kube, metrics)
+    outcome = run.reconcile(NAMESPACE, NAME)
+    assert kube.pods == {} and [e.reason for e in outcome.events] == ["InvalidSpec"]
+    assert kube.resource is not None and kube.resource["status"]["phase"] == "Invalid"
+    assert 'violates PodSecurity "restricted:latest"' in kube.resource["status"]["message"]
+    assert kube.dry_runs[0]["metadata"]["annotations"][names.ANNOTATION_EPOCH] == "1"
+    assert [e.reason for e in run.reconcile(NAMESPACE, NAME).events] == [], "announced once"
+    kube.refuse = ""
+    run.reconcile(NAMESPACE, NAME)
+    assert "wc-driver" in kube.pods and kube.resource["status"]["driver"]["epoch"] == 1
+
+
+def test_a_privileged_template_is_refused_unless_the_operator_allows_it(metrics: Metrics) -> None:
+    privileged = raw(driver={"podTemplate": {"spec": {"hostNetwork": True}}})
+    kube = FakeKube(privileged)
+    reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
+    assert kube.pods == {} and kube.resource is not None
+    assert "spec.driver.podTemplate.spec.hostNetwork: host namespaces are not allowed" in \
+        kube.resource["status"]["message"]
+    allowed = FakeKube(privileged)
+    Reconciler(allowed, Settings(allow_privileged_pod_templates=True), metrics,  # type: ignore[arg-type]
+               clock=lambda: NOW).reconcile(NAMESPACE, NAME)
+    assert allowed.pods["wc-driver"]["spec"]["hostNetwork"] is True

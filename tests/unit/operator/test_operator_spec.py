@@ -90,7 +90,7 @@ def test_uri_in_pod_maps_a_claim_to_the_mount_and_leaves_s3_alone() -> None:
     ({"driver": {"env": [{"name": "SPARK_APP_EPOCH", "value": "9"}]}},
      "spec.driver.env[0].name: SPARK_APP_EPOCH is set by the operator"),
     ({"driver": {"env": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "hunter2"}]}},
-     "spec.driver.env[0].value: AWS_SECRET_ACCESS_KEY must come from a Secret"),
+     "spec.driver.env[AWS_SECRET_ACCESS_KEY].value: AWS_SECRET_ACCESS_KEY must come from a Secret"),
     ({"driver": {"env": [{"value": "x"}]}}, "spec.driver.env: must be a list of environment variables"),
     ({"driver": {"terminationGracePeriodSeconds": 0}}, "spec.driver.terminationGracePeriodSeconds: must be at least 1"),
     ({"restartPolicy": {"type": "Sometimes"}}, "spec.restartPolicy.type: must be one of Always, OnFailure, Never"),

@@ -3,7 +3,17 @@ on), conditions keep their transition times, and nothing in it grows without bou
 
 from __future__ import annotations
 
-from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart
+from dataclasses import replace
+
+from pipeline_operator.memory import (
+    MAX_MESSAGE_CHARS,
+    Checkpoint,
+    Condition,
+    Failure,
+    Halt,
+    Memory,
+    Restart,
+)
 from pipeline_operator.observe import QueryReport, format_time
 from pipeline_operator.status import read_memory, render
 from ppl_factories import NAME, NOW
@@ -58,3 +68,21 @@ def test_conditions_keep_their_transition_time_until_their_status_changes() -> N
 def test_an_unchanged_memory_renders_an_identical_status() -> None:
     first = render(RICH_MEMORY, name=NAME, generation=3, previous={}, now=NOW)
     assert render(read_memory(first), name=NAME, generation=3, previous=first, now=NOW + 5) == first
+
+
+def test_every_string_of_the_status_is_bounded_whatever_the_memory_holds() -> None:
+    huge = "x" * 20_000
+    memory = replace(RICH_MEMORY, message=huge, announced_problem=huge, next_launch_reason=huge, stopping=huge,
+                     last_failure=Failure(huge, 1, huge, NOW, 2), recent_restarts=(Restart(NOW, huge, 3),),
+                     conditions=(Condition("Degraded", "True", huge, huge),),
+                     checkpoint=Checkpoint(time=NOW, epoch=4, queries={huge: QueryReport(offsets={huge: 1})}))
+    status = render(memory, name=NAME, generation=3, previous={}, now=NOW)
+
+    def strings(value: object) -> list[str]:
+        if isinstance(value, dict):
+            return [s for k, v in value.items() for s in [k, *strings(v)]]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    assert max(len(s) for s in strings(status)) <= MAX_MESSAGE_CHARS

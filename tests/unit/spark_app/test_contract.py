@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from spark_app import contract
-from spark_app.contract import ContractError, InjectedConfig
+from spark_app.contract import (
+    EXECUTOR_CONTAINER,
+    EXECUTOR_POD_TEMPLATE,
+    REDACTED,
+    ContractError,
+    InjectedConfig,
+    executor_pod_template_conf,
+    scrub_credentials,
+)
 from spark_app.persistence import Backend, Config
 
 
@@ -79,3 +90,54 @@ def test_the_drivers_report_reads_back_as_the_operator_reads_it() -> None:
     assert contract.DriverReport.from_json(sent.to_json()) == sent
     assert contract.DriverReport.from_json(contract.DriverReport(epoch=3, stored_epoch=2, state="running").to_json()) \
         is None  # never sent: not stamped
+# ---- the executors' pod template -------------------------------------------------------------
+
+
+def test_the_injected_executor_pod_template_becomes_a_file_that_spark_is_told_about(tmp_path: Path) -> None:
+    template = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "executor"}]}}
+    conf = executor_pod_template_conf({EXECUTOR_POD_TEMPLATE: json.dumps(template)}, str(tmp_path))
+    assert conf["spark.kubernetes.executor.podTemplateContainerName"] == EXECUTOR_CONTAINER
+    written = Path(conf["spark.kubernetes.executor.podTemplateFile"])
+    assert written.parent == tmp_path and json.loads(written.read_text()) == template
+    assert executor_pod_template_conf({}, str(tmp_path)) == {}, "local execution: no template"
+
+
+@pytest.mark.parametrize(("raw", "message"), [("{", "is not valid JSON"), ('{"kind": "Service"}', "JSON of a Pod")])
+def test_a_malformed_executor_pod_template_is_named(raw: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(ContractError, match=f"{EXECUTOR_POD_TEMPLATE} .*{message}"):
+        executor_pod_template_conf({EXECUTOR_POD_TEMPLATE: raw}, str(tmp_path))
+
+
+# ---- credentials never leave a pod as words ------------------------------------------------------
+
+# Fake credentials of every kind the scrubber knows, in the contexts they show up in.
+LEAKS = [
+    ("key id AKIAIOSFODNN7EXAMPLE in a message", "AKIAIOSFODNN7EXAMPLE"),
+    ("temporary ASIAXYZXYZXYZXYZXYZ1 too", "ASIAXYZXYZXYZXYZXYZ1"),
+    ("the secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY alone", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("AWS_SECRET_ACCESS_KEY=abc123def456", "abc123def456"),
+    ('{"password": "hunter2", "user": "app"}', "hunter2"),
+    ("connect postgres://app:hunter2@db:5432/orders failed", "hunter2"),
+    ("Authorization: Bearer abc.DEF-ghi_123=", "abc.DEF-ghi_123"),
+    ("token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW0ifQ.c2lnbmF0dXJlLXZhbHVl used", "eyJzdWIiOiJzeXN0ZW0ifQ"),
+    ("db.password: 'p@ss w0rd'", "p@ss"),
+    ("api_key=sk_live_123;", "sk_live_123"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), LEAKS)
+def test_credentials_are_scrubbed_and_the_rest_of_the_message_kept(text: str, secret: str) -> None:
+    scrubbed = scrub_credentials(text)
+    assert secret not in scrubbed and REDACTED in scrubbed
+    assert scrubbed == scrub_credentials(scrubbed), "scrubbing twice changes nothing more"
+
+
+@pytest.mark.parametrize("text", [
+    "stale epoch; stored epoch is 12",
+    "Fenced: epoch 3 was superseded at log entry 41",
+    "commit 3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39 and SHA 3F2A9C1D8E7B6A5F4E3D2C1B0A9F8E7D6C5B4A39",
+    "FileNotFoundError: /data/inputs/a.csv (s3://bucket/prefix/log/00000000000000000041.json)",
+])
+def test_ordinary_messages_pass_unchanged(text: str) -> None:
+    assert scrub_credentials(text) == text
