@@ -196,9 +196,10 @@ test-chaos: setup ## Every chaos family on both backends, CHAOS_ROUNDS rounds (2
 	  tests/integration/spark_app/test_chaos.py -q -n 2 --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: venv ## ruff and the import-layering contracts of pyproject.toml.
+lint: venv ## ruff, the import-layering contracts and mypy (strict for the operator, contract, state, storage) of pyproject.toml.
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
+	.venv/bin/mypy
 
 ## ---- benchmarks ---------------------------------------------------------------------
 # Each writes a JSON file with the machine and versions into bench/results/.

@@ -189,10 +189,14 @@ class Demo:
 
     def wait_for_relaunch(self) -> None:
         for name in ("wordcount", "components"):
-            story.wait_for(f"{name}'s driver at epoch 2", lambda n=name: self.ns.driver(n) and (self.ns.epoch(n) or 0) >= 2,
-                           WAIT, progress=self.progress)
-            resumed = story.wait_for(f"{name}'s Resumed event", lambda n=name: story.resumed_from(self.ns.events(n)),
-                                     WAIT, progress=self.progress)
+            def relaunched(n: str = name) -> bool:
+                return bool(self.ns.driver(n)) and (self.ns.epoch(n) or 0) >= 2
+
+            def resumed_event(n: str = name) -> Any:
+                return story.resumed_from(self.ns.events(n))
+
+            story.wait_for(f"{name}'s driver at epoch 2", relaunched, WAIT, progress=self.progress)
+            resumed = story.wait_for(f"{name}'s Resumed event", resumed_event, WAIT, progress=self.progress)
             status = self.ns.status(name)
             failure = status.get("lastFailure") or {}
             self.say(f"{name}: {failure.get('reason')} (exit code {failure.get('exitCode')}) at epoch "

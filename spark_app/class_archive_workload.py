@@ -44,6 +44,7 @@ def main(work: Path) -> None:
            trigger_interval_ms=200, stop_when_idle=True)
 
     gateway = SparkContext._gateway
+    assert gateway is not None  # run() started the JVM
     SparkContext.getOrCreate().stop()
     gateway.proc.stdin.close()  # the JVM exits when its driver's pipe closes, and dumps the archive
     gateway.proc.wait(timeout=600)

@@ -223,7 +223,7 @@ class InjectedConfig:
         return cls(
             metadata_uri=metadata_uri,
             snapshot_uri=environ.get(SNAPSHOT_URI) or metadata_uri,
-            snapshot_interval_ms=_positive_int(environ, SNAPSHOT_INTERVAL_MS, default=10_000),
+            snapshot_interval_ms=_positive_int(environ, SNAPSHOT_INTERVAL_MS, default=None) or 10_000,
             epoch=_positive_int(environ, EPOCH, default=None),
             pipeline=environ.get(PIPELINE, ""),
             s3=S3Options.from_env(environ),

@@ -155,7 +155,8 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         },
         "spec": pod_spec,
     }
-    return merge(_under_template(spec, names.DRIVER_CONTAINER), pod)
+    merged: JsonDict = merge(_under_template(spec, names.DRIVER_CONTAINER), pod)
+    return merged
 
 
 def executor_pod_template(spec: PipelineSpec) -> JsonDict:

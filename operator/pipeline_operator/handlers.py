@@ -45,13 +45,13 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=10.0, backoff=5.0)
-async def keep_running(namespace: str, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
+async def keep_running(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                        **_: Any) -> None:
     """Keeps one pipeline's driver as its spec says, until the resource is deleted."""
-    key = (namespace, name)
+    key = (_namespaced(namespace), name)
     try:
         while not stopped:
-            outcome = await reconcile(memo, namespace, name)
+            outcome = await reconcile(memo, key[0], name)
             if outcome.resource is None:
                 return
             await memo.wakeups.sleep(key, _delay(memo, outcome), stopped.wait())
@@ -60,24 +60,24 @@ async def keep_running(namespace: str, name: str, stopped: kopf.DaemonStopped, m
 
 
 @kopf.on.delete(*RESOURCE)
-async def stop_and_release(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def stop_and_release(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     """Stops the driver gracefully, then keeps or deletes the state (spec.persistence.onDelete)."""
-    outcome = await reconcile(memo, namespace, name)
+    outcome = await reconcile(memo, _namespaced(namespace), name)
     if outcome.resource is not None and not outcome.released:
         raise kopf.TemporaryError("waiting for the driver to stop and the state to be handled",
                                   delay=_delay(memo, outcome))
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_PIPELINE: kopf.PRESENT, names.LABEL_ROLE: _own_pods})
-async def wake_on_pod_event(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    memo.wakeups.wake((namespace, labels[names.LABEL_PIPELINE]))
+async def wake_on_pod_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    memo.wakeups.wake((_namespaced(namespace), labels[names.LABEL_PIPELINE]))
 
 
 @kopf.on.event(*RESOURCE)
-async def wake_on_change(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo,
-                         **_: Any) -> None:
+async def wake_on_change(namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status,
+                         memo: kopf.Memo, **_: Any) -> None:
     if meta.get("generation") != status.get("observedGeneration") or meta.get("deletionTimestamp"):
-        memo.wakeups.wake((namespace, name))
+        memo.wakeups.wake((_namespaced(namespace), name))
 
 
 async def reconcile(memo: kopf.Memo, namespace: str, name: str) -> Outcome:
@@ -95,8 +95,17 @@ async def reconcile(memo: kopf.Memo, namespace: str, name: str) -> Outcome:
             raise kopf.TemporaryError(str(error), delay=5.0) from None
     if outcome.resource is not None:
         for event in outcome.events:
-            kopf.event(dict(outcome.resource), type=event.type, reason=event.reason, message=event.message)
+            # kopf reads only the metadata of what it is given; a plain resource will do.
+            resource: Any = dict(outcome.resource)
+            kopf.event(resource, type=event.type, reason=event.reason, message=event.message)
     return outcome
+
+
+def _namespaced(namespace: str | None) -> str:
+    """PersistentPipelines and their pods are namespaced: kopf always names the namespace."""
+    if namespace is None:
+        raise kopf.PermanentError("a PersistentPipeline or driver pod without a namespace")
+    return namespace
 
 
 def _delay(memo: kopf.Memo, outcome: Outcome) -> float:

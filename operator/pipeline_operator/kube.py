@@ -28,20 +28,24 @@ _TIMEOUT = 15.0
 class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
         self._configuration: client.Configuration = api_client.configuration
-        self._core = client.CoreV1Api(api_client)
-        self._custom = client.CustomObjectsApi(api_client)
+        # The generated client's signatures name its model classes, but it takes plain dicts
+        # and, with _preload_content=False, returns the raw response: this module deals in
+        # raw JSON throughout, so the API objects are typed as what they are used as.
+        self._core: Any = client.CoreV1Api(api_client)
+        self._custom: Any = client.CustomObjectsApi(api_client)
 
     @classmethod
     def connect(cls, kubeconfig: str = "", pool_size: int = 8) -> Kube:
         """From a kubeconfig file, else in-cluster, else $KUBECONFIG / ~/.kube/config."""
         configuration = client.Configuration()
+        loaders: Any = config  # untyped functions of the kubernetes package
         if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            loaders.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         else:
             try:
-                config.load_incluster_config(client_configuration=configuration)
+                loaders.load_incluster_config(client_configuration=configuration)
             except config.ConfigException:
-                config.load_kube_config(client_configuration=configuration)
+                loaders.load_kube_config(client_configuration=configuration)
         configuration.connection_pool_maxsize = pool_size
         return cls(client.ApiClient(configuration))
 
@@ -68,7 +72,9 @@ class Kube:
         try:
             found = _call(lambda: self._custom.list_cluster_custom_object(
                 names.GROUP, names.VERSION, names.PLURAL, _preload_content=False, _request_timeout=_TIMEOUT))
-        except _Forbidden:
+        except Refused as refused:
+            if refused.status != 403:
+                raise
             found = _call(lambda: self._custom.list_namespaced_custom_object(
                 names.GROUP, names.VERSION, namespace, names.PLURAL, _preload_content=False,
                 _request_timeout=_TIMEOUT))
@@ -185,18 +191,12 @@ class _NotFound(Exception):
     pass
 
 
-class _Forbidden(Exception):
-    pass
-
-
 def _call(request: Callable[[], Any]) -> JsonDict:
     try:
         response = request()
     except ApiException as error:
         if error.status == 404:
             raise _NotFound() from None
-        if error.status == 403:
-            raise _Forbidden() from None
         if error.status == 409:
             raise Conflict(_reason(error)) from None
         if error.status in (400, 403, 422):
@@ -209,6 +209,6 @@ def _call(request: Callable[[], Any]) -> JsonDict:
 
 def _reason(error: ApiException) -> str:
     try:
-        return str(json.loads(error.body).get("message") or error.reason)
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
     except (TypeError, ValueError):
         return str(error.reason)

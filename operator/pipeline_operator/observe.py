@@ -64,8 +64,8 @@ def driver_pod(pod: Mapping[str, Any]) -> DriverPod:
     meta = pod.get("metadata", {})
     annotations = meta.get("annotations") or {}
     status = pod.get("status") or {}
-    container = next((c for c in status.get("containerStatuses") or []
-                      if c.get("name") == names.DRIVER_CONTAINER), {})
+    container: Mapping[str, Any] = next((c for c in status.get("containerStatuses") or []
+                                         if c.get("name") == names.DRIVER_CONTAINER), {})
     state = container.get("state") or {}
     running, terminated, waiting = state.get("running"), state.get("terminated"), state.get("waiting")
     reason = (terminated or {}).get("reason") or status.get("reason") or ""

@@ -108,9 +108,10 @@ def assess(spec: PipelineSpec, pod: DriverPod, now: float, report_stale_after: f
                    f"({spec.persistence.degraded_after_seconds // spec.persistence.snapshot_interval_seconds} "
                    "snapshot intervals)")
         return Health("False", "NoRecentCommit", message, "NoRecentCommit", message)
-    age = now - report.reported_at
+    reported_at = report.reported_at or 0.0  # a report read from a pod is always stamped
+    age = now - reported_at
     if age > report_stale_after and not report.idle:
-        message = (f"the driver's last report ({format_time(report.reported_at, fraction=False)}) is over "
+        message = (f"the driver's last report ({format_time(reported_at, fraction=False)}) is over "
                    f"{report_stale_after:.0f}s old, and it had work to do then")
         return Health("Unknown", "DriverReportStale", message, "DriverReportStale", message)
     if report.idle:

@@ -291,7 +291,7 @@ class _Reader:
             return default
         if required and not value:
             self.problem(key, "must not be empty")
-        return value
+        return str(value)
 
     def optional_string(self, key: str) -> str | None:
         value = self.raw.get(key)

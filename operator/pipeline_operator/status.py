@@ -58,7 +58,8 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                             **({"iterate": r.iterate} if r.iterate is not None else {})}
                         for q, r in c.queries.items()},
         }
-    return _bounded(status)
+    bounded: JsonDict = _bounded(status)
+    return bounded
 
 
 def read_memory(status: Mapping[str, Any] | None) -> Memory:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark_app.io.csv import _limits
-from spark_app.runtime.pipeline import current
+from spark_app.runtime.pipeline import FeedsOutputs, current
 
 
 def read(path: str, *, schema: str, persistent_id: str | None = None, pattern: str = "*",
@@ -21,7 +21,7 @@ def read(path: str, *, schema: str, persistent_id: str | None = None, pattern: s
     return current().add_source("jsonlines", path, schema, persistent_id, options)
 
 
-def write(df: DataFrame, path: str, *, name: str | None = None, key: list[str] | None = None) -> None:
+def write(df: DataFrame | FeedsOutputs, path: str, *, name: str | None = None, key: list[str] | None = None) -> None:
     """Writes the changelog of ``df`` to the file ``path``, exactly once.
 
     Each line holds a row's columns plus ``time`` (the batch's time in ms) and ``diff``:

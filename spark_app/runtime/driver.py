@@ -317,6 +317,8 @@ class Driver:
         queries = {}
         for name in self._pipeline.queries:
             query = self._queries.get(name)
+            status: dict[str, Any]
+            progress: dict[str, Any]
             try:
                 status = query.status if query else {}
                 progress = (query.lastProgress if query else None) or {}

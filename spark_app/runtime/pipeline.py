@@ -115,9 +115,9 @@ class Pipeline:
         if isinstance(df, FeedsOutputs):
             if kind != "jsonlines":
                 raise PipelineError(f"output {name!r}: {df.describe()} can be written as JSON lines only")
-            output = JsonLinesOutput(name, path, None)
-            df.attach(output)
-            return output
+            fed = JsonLinesOutput(name, path, None)
+            df.attach(fed)
+            return fed
         if not df.isStreaming:
             raise PipelineError(f"output {name!r} is given a static DataFrame; outputs take the "
                                 "streaming DataFrames derived from spark_app sources")

@@ -245,10 +245,6 @@ class StateSession:
         raise AlreadyRunning(f"another driver keeps writing the metadata log at {storage.root_uri}; "
                              "only one driver may run a pipeline's state at a time")
 
-    @property
-    def manifest_digest(self) -> str | None:
-        return self._manifest
-
     def commit(self, query: str, head: QueryHead, kind: str = "commit") -> LogEntry:
         """Appends ``head`` as the query's new head in the next log entry; raises ``Fenced``.
 

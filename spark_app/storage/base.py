@@ -14,6 +14,7 @@ to the layers above, and the shared test suite
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -77,7 +78,7 @@ class Storage(Protocol):
         """Returns the keys that start with ``prefix``, sorted."""
         ...
 
-    def list_entries(self, folder: str) -> list[FileEntry]:
+    def list_entries(self, folder: str) -> builtins.list[FileEntry]:  # list: the method above
         """Every file under ``folder`` (a key prefix ending in '/', or '' for the root)
         with its size and modification time, paths relative to the folder, sorted."""
         ...

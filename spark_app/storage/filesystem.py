@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import errno
 import os
 import shutil
@@ -97,7 +98,7 @@ class FilesystemStorage:
                     keys.append(key)
         return sorted(keys)
 
-    def list_entries(self, folder: str) -> list[FileEntry]:
+    def list_entries(self, folder: str) -> builtins.list[FileEntry]:  # list: the method above
         base = self._path(folder)
         entries = []
         for key in self.list(folder):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 import random
 import time
@@ -65,7 +66,7 @@ class RetryingStorage:
     def list(self, prefix: str) -> list[str]:
         return self._retry(lambda: self.inner.list(prefix), f"list {prefix}")
 
-    def list_entries(self, folder: str) -> list[FileEntry]:
+    def list_entries(self, folder: str) -> builtins.list[FileEntry]:  # list: the method above
         return self._retry(lambda: self.inner.list_entries(folder), f"list {folder}")
 
     def delete(self, key: str) -> None:

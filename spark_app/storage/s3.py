@@ -7,6 +7,7 @@ which AWS S3 honours since 2024 and which the local test server honours too.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,13 +137,13 @@ class S3Storage:
         full = self._key(prefix)
         if prefix.endswith("/") or not prefix:
             full = full + "/" if full else ""
-        keys = []
+        keys: builtins.list[str] = []
         strip = len(self._location.prefix) + 1 if self._location.prefix else 0
         for page in self._pages(full):
             keys.extend(item["Key"][strip:] for item in page.get("Contents", []))
         return sorted(keys)
 
-    def list_entries(self, folder: str) -> list[FileEntry]:
+    def list_entries(self, folder: str) -> builtins.list[FileEntry]:  # list: the method above
         full = self._key(folder)
         full = full + "/" if full else ""
         strip = len(full)

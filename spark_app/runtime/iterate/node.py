@@ -375,6 +375,8 @@ class IterateSink(Sink):
 def _count(change: DataFrame) -> Change:
     row = change.agg(F.sum(F.when(F.col(DIFF) > 0, 1).otherwise(0)).alias("inserted"),
                      F.sum(F.when(F.col(DIFF) < 0, 1).otherwise(0)).alias("deleted")).first()
+    if row is None:  # an aggregate without grouping always has its one row
+        return Change(0, 0)
     return Change(int(row["inserted"] or 0), int(row["deleted"] or 0))
 
 

@@ -79,7 +79,7 @@ class ReadPlan:
 
 
 @dataclass(frozen=True)
-class FilesPartition(InputPartition):  # type: ignore[misc]
+class FilesPartition(InputPartition):
     plan: ReadPlan
     files: tuple[FileEntry, ...]
 
@@ -101,7 +101,7 @@ def read_context(path: str) -> dict[str, Any]:
         ) from None
 
 
-class FileSource(DataSource):  # type: ignore[misc]
+class FileSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return FORMAT_NAME
@@ -110,7 +110,7 @@ class FileSource(DataSource):  # type: ignore[misc]
         return FileStreamReader(self.options, schema)
 
 
-class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class FileStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         # Runs in a Python process of Spark's: its storage retries should be logged like the driver's.
         if not logging.getLogger().handlers:
@@ -170,7 +170,8 @@ class FileStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         files = self._index.files(int(start["files"]), int(end["files"]))
         return [FilesPartition(self._plan, group) for group in _balance(files, self._parallelism)]
 
-    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilesPartition)
         return read_files(partition.plan, partition.files)
 
     def commit(self, end: dict[str, Any]) -> None:

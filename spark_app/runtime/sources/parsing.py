@@ -106,8 +106,8 @@ def _parse_csv_fast(data: bytes, schema: pa.Schema, fmt: CsvFormat) -> Parsed | 
     lines = _csv_line_numbers(strings.num_rows, first_data_line, {r.line for r in rejected if r.line})
     missing = [name for name in schema.names if name not in strings.column_names]
     if missing:
-        error = f"the header has no column {', '.join(repr(m) for m in missing)}"
-        rows = [Rejected(lines[i], _csv_raw(strings, i, fmt), error) for i in range(strings.num_rows)]
+        problem = f"the header has no column {', '.join(repr(m) for m in missing)}"
+        rows = [Rejected(lines[i], _csv_raw(strings, i, fmt), problem) for i in range(strings.num_rows)]
         return Parsed(schema.empty_table(), rejected + rows)
 
     columns, errors = _convert_columns(strings, schema)
@@ -264,7 +264,7 @@ def _convert_columns(strings: pa.Table, schema: pa.Schema) -> tuple[list[pa.Arra
             continue
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
-        values = []
+        values: list[object] = []
         for row, value in enumerate(text.to_pylist()):
             converted = _cast_one(value, field.type)
             if converted is _BAD:
