@@ -75,7 +75,7 @@ cluster-status: ## Show each local cluster process with its port, pid and health
 .PHONY: cluster-test
 cluster-test: venv bins ## Test the local control plane: pure unit tests, then tests/cluster (starts the cluster if needed).
 	$(PYTEST) tests/unit/localcluster -q
-	$(PYTEST) tests/cluster -q
+	$(PYTEST) tests/integration/localcluster -q
 
 ## ---- operator ---------------------------------------------------------------------------
 # The PersistentPipeline operator (operator/pipeline_operator), its CRDs (crds/), tests and
@@ -98,7 +98,7 @@ operator-unit: venv ## Unit tests of the operator: builders, decision function, 
 
 .PHONY: operator-test
 operator-test: setup ## Operator tests on the local cluster with real kopf and Spark (starts the cluster if needed; ~10 min).
-	$(PYTEST) tests/operator -q
+	$(PYTEST) tests/integration/operator -q
 
 .PHONY: bench-operator
 bench-operator: setup ## Benchmark the operator (relaunch latency; 100 pipelines: CPU, memory, reconcile latency) into bench/results/.
@@ -177,12 +177,12 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	@echo ">>> unit tests"
 	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> local control plane"
-	$(PYTEST) tests/cluster -q --durations=5 $(PYTEST_ARGS)
-	@echo ">>> spark_app on real Spark (filesystem and S3 backends)"
+	$(PYTEST) tests/integration/localcluster -q --durations=5 $(PYTEST_ARGS)
+	@echo ">>> the state layer and spark_app on real Spark (filesystem and S3 backends)"
 	@# Two workers: much of a driver test is JVM start-up and waiting (925 s against 1,220 s serial).
-	$(PYTEST) tests/integration -q -n 2 --durations=5 $(PYTEST_ARGS)
+	$(PYTEST) tests/integration/state tests/integration/spark_app -q -n 2 --durations=5 $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
-	$(PYTEST) tests/operator -q --durations=5 $(PYTEST_ARGS)
+	$(PYTEST) tests/integration/operator -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
 	$(PYTEST) tests/e2e -q --durations=5 $(PYTEST_ARGS)
 

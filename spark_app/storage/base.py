@@ -2,7 +2,7 @@
 
 Keys are relative, '/'-separated paths under the backend's root. Two guarantees matter
 to the layers above, and the shared test suite
-(tests/unit/spark_app/test_storage_contract.py) checks them against every implementation:
+(tests/integration/state/test_storage_contract.py) checks them against every implementation:
 
 * ``write`` replaces a key atomically: a reader sees the old bytes or the new bytes,
   never a prefix of the new ones.

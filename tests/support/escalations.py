@@ -2,7 +2,7 @@
 nothing of it. One table for both checks of the same rules, so that they stay in step:
 the operator's own (pipeline_operator.podsecurity, tests/unit/operator/test_operator_podsecurity.py)
 and the chart's ValidatingAdmissionPolicy on the real API server
-(tests/operator/test_operator_cluster_admission.py)."""
+(tests/integration/operator/test_operator_cluster_security.py)."""
 
 from __future__ import annotations
 

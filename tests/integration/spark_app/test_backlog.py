@@ -14,8 +14,7 @@ import time
 
 import pytest
 
-from tests.integration.spark_app.conftest import Workspace
-from tests.integration.spark_app.harness import fold, read_changelog
+from tests.integration.spark_app.harness import Workspace, fold, read_changelog
 
 pytestmark = pytest.mark.spark
 

@@ -12,7 +12,7 @@ a lost one or a NUL byte fails), and a driver started afterwards resumes cleanly
   it must stop (Fenced) and leave nothing that survives.
 * A storage outage longer than the driver's budget (S3 behind a proxy that is stopped
   and started again): the driver exits with code 5, and resumes once storage is back.
-  Under the operator, see tests/operator/test_operator_cluster_recovery.py.
+  Under the operator, see tests/integration/operator/test_operator_cluster_recovery.py.
 
 ``make test`` runs one round of each family (a few kill points, and the frozen driver
 with small compaction thresholds); ``make test-chaos`` runs CHAOS_ROUNDS (25) of each,
@@ -41,9 +41,8 @@ from spark_app.faults import (
 )
 from spark_app.persistence import Backend
 from spark_app.state.log import MetadataLog
-from tests.integration.spark_app.conftest import Workspace
-from tests.integration.spark_app.harness import fold, multiset, read_changelog, write_csv
-from tests.integration.spark_app.test_resume import expected_counts, expected_even, rows
+from tests.integration.spark_app.harness import Workspace, fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.words import expected_counts, expected_even, rows
 from tests.support.outage import Outage
 
 pytestmark = pytest.mark.spark

@@ -8,9 +8,8 @@ import shutil
 import pytest
 
 from spark_app import contract
-from tests.integration.spark_app.conftest import Workspace
-from tests.integration.spark_app.harness import fold, multiset, read_changelog, write_csv
-from tests.integration.spark_app.test_resume import expected_counts, expected_even, rows
+from tests.integration.spark_app.harness import Workspace, fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.words import expected_counts, expected_even, rows
 
 pytestmark = pytest.mark.spark
 

@@ -5,36 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
 
 import pytest
 
-from tests.integration.spark_app.conftest import Workspace
-from tests.integration.spark_app.harness import REPO, fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.harness import REPO, Workspace, fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.words import expected_counts, expected_even, rows
 
 pytestmark = pytest.mark.spark
-
-
-def rows(file_number: int) -> list[str]:
-    return [f"w{(file_number * 7 + i) % 5},{file_number * 10 + i}" for i in range(6)]
-
-
-def expected_counts(files: range) -> dict[tuple[str], dict[str, object]]:
-    table: dict[tuple[str], dict[str, object]] = {}
-    for row in (r for f in files for r in rows(f)):
-        word, n = row.split(",")
-        current = table.get((word,), {"word": word, "count": 0, "total": 0})
-        table[(word,)] = {"word": word, "count": current["count"] + 1, "total": current["total"] + int(n)}
-    return table
-
-
-def expected_even(files: range) -> Counter[str]:
-    return Counter(
-        json.dumps({"word": r.split(",")[0], "n": int(r.split(",")[1])}, sort_keys=True)
-        for f in files
-        for r in rows(f)
-        if int(r.split(",")[1]) % 2 == 0
-    )
 
 
 def inspect(workspace: Workspace) -> dict[str, object]:

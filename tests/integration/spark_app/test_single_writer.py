@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spark_app import contract
-from tests.integration.spark_app.conftest import Workspace
-from tests.integration.spark_app.harness import fold, read_changelog, write_csv
-from tests.integration.spark_app.test_resume import expected_counts, rows
+from tests.integration.spark_app.harness import Workspace, fold, read_changelog, write_csv
+from tests.integration.spark_app.words import expected_counts, rows
 
 pytestmark = pytest.mark.spark
 

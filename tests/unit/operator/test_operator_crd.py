@@ -14,8 +14,7 @@ from pipeline_operator.lifecycle import next_action
 from pipeline_operator.memory import MAX_MESSAGE_CHARS
 from pipeline_operator.spec import parse_spec
 from pipeline_operator.status import render
-from ppl_factories import NAME, NAMESPACE, TUNABLES, observed, raw, spec
-from test_operator_status import RICH_MEMORY
+from ppl_factories import NAME, NAMESPACE, RICH_MEMORY, TUNABLES, observed, raw, spec
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = yaml.safe_load((ROOT / "crds" / "persistentpipelines.sparkapp.dev.yaml").read_text())

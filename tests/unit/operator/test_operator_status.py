@@ -10,34 +10,12 @@ from pipeline_operator.memory import (
     Checkpoint,
     Condition,
     Failure,
-    Halt,
     Memory,
     Restart,
 )
 from pipeline_operator.observe import QueryReport, format_time
 from pipeline_operator.status import read_memory, render
-from ppl_factories import NAME, NOW
-
-CONDITIONS = (
-    Condition("Ready", "True", "DriverRunning", "driver epoch 4 is running"),
-    Condition("Progressing", "False", "Running", "driver epoch 4 is running"),
-    Condition("Degraded", "False", "Healthy", ""),
-    Condition("CheckpointHealthy", "True", "Committing", "commits are keeping up with the input"),
-)
-RICH_MEMORY = Memory(
-    phase="Running", message="driver epoch 4 is running", epoch=4, driver_uid="pod-4", restarts_total=3,
-    consecutive_failures=1, recent_restarts=(Restart(NOW - 60.5, "Error", 3), Restart(NOW - 10.25, "SpecChanged", 4)),
-    last_failure=Failure("Error", 1, "boom", NOW - 61.125, 2, "pod-2", 1), ended_uid="pod-2",
-    next_launch_at=NOW + 12.5, next_launch_reason="Error", epoch_floor=7, halt=Halt("BackoffExhausted", 2, "n"),
-    stopping="SpecChanged", state_root="pvc://state/team/wc", reset_nonce="r1", stateless_generation=2,
-    applied_hash="abc", announced_epoch=4, running_since=NOW - 30.5, announced_problem="x", degraded="NoRecentCommit",
-    checkpoint=Checkpoint(time=NOW - 5.5, epoch=4, queries={
-        "counts": QueryReport(batch=12, commit_time_ms=int((NOW - 5.5) * 1000), offsets={"words": {"files": 3}},
-                              backlog=True, malformed=2, iterate={"step": 1}),
-        "empty": QueryReport(),
-    }),
-    conditions=CONDITIONS,
-)
+from ppl_factories import NAME, NOW, RICH_MEMORY
 
 
 def test_memory_survives_the_round_trip_through_status() -> None:

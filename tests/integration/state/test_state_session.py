@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from spark_app import contract
-from spark_app.state.identity import IncompatibleChange, Manifest, QueryIdentity, SourceIdentity
+from spark_app.state.identity import IncompatibleChange, SourceIdentity
 from spark_app.state.inspect import inspect
 from spark_app.state.log import PREFIX
-from spark_app.state.records import OutputHead, QueryHead
 from spark_app.state.session import (
     AlreadyRunning,
     Fenced,
@@ -24,31 +23,7 @@ from spark_app.state.session import (
     StateSession,
 )
 from spark_app.storage import Storage
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def manifest(key: tuple[str, ...] = ("word",), sources: tuple[str, ...] = ("words",)) -> Manifest:
-    return Manifest(
-        sources={pid: SourceIdentity(pid, "csv", "struct<word:string>", "/in") for pid in sources},
-        queries={"out": QueryIdentity("out", sources, ("Aggregate(keys=[word: string], functions=[count(1)])",), key)},
-    )
-
-
-def head(batch: int) -> QueryHead:
-    return QueryHead(batch=batch, batch_time_ms=batch, commit_time_ms=batch, offsets={"words": {"files": batch + 1}},
-                     outputs={"out": OutputHead(position=10 * batch, rows=batch)})
-
-
-def open_session(storage: Storage, clock: Clock, epoch: int | None = None, m: Manifest | None = None) -> StateSession:
-    return StateSession.open(storage, m or manifest(), holder=Holder.this_process("test"), requested_epoch=epoch,
-                             clock=clock)
+from tests.integration.state.sessions import Clock, head, manifest, open_session
 
 
 def test_first_driver_starts_at_epoch_one_with_no_heads(storage: Storage) -> None:

@@ -12,7 +12,7 @@ from spark_app.state.log import LogCorrupted, MetadataLog, entry_key
 from spark_app.state.repair import apply_repair, plan_repair
 from spark_app.state.session import LEASE_KEY, LeaseDamaged, read_lease
 from spark_app.storage import FileEntry, Storage
-from tests.unit.spark_app.test_session import Clock, head, open_session
+from tests.integration.state.sessions import Clock, head, open_session
 
 
 def committed(storage: Storage, batches: int) -> None:
