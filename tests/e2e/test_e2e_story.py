@@ -16,7 +16,6 @@ Python computation over every input file fed so far.
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 import pytest
@@ -25,7 +24,6 @@ from e2e_release import ROOT, Release
 
 from demo import story
 from demo.story import COMPONENTS_OUTPUT, EDGE_FILES, WORDCOUNT_OUTPUT, Namespace, wait_for
-from demo.targets import BIN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.spark]
 
@@ -82,8 +80,7 @@ def can_i(release: Release, account: str, verb: str, resource: str, namespace: s
 def answer(release: Release, *args: str, stdin: str | None = None, token: str = "") -> str:
     """What kubectl prints (refusals included), as the admin or with ``token``."""
     auth = [f"--token={token}"] if token else []
-    result = subprocess.run([str(BIN / "kubectl"), f"--kubeconfig={release.target.kubeconfig}", *auth,
-                             "-n", release.jobs.name, *args], input=stdin, capture_output=True, text=True, timeout=60)
+    result = release.target.commands.run("kubectl", *auth, "-n", release.jobs.name, *args, stdin=stdin, timeout=60)
     return result.stdout + result.stderr
 
 

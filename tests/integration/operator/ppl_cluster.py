@@ -16,9 +16,10 @@ from typing import Any
 from kubernetes import client, utils
 
 from localcluster import ClusterInfo
+from localcluster.kubectl import KubeCommands
 from localcluster.testing import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRDS = ROOT / "crds"
 PV_ROOT = ROOT / ".cache" / "cluster" / "pv"
 GROUP, VERSION, PLURAL = "sparkapp.dev", "v1alpha1", "persistentpipelines"
@@ -51,6 +52,11 @@ class Namespace:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.rbac = client.RbacAuthorizationV1Api(api)
+        self.commands = KubeCommands.for_repo(cluster.kubeconfig)
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        """kubectl against the cluster, in this namespace."""
+        return self.commands.kubectl("-n", self.name, *args, stdin=stdin, check=check)
 
     def apply(self, *manifests: dict[str, Any]) -> None:
         """Creates the objects, or replaces a PersistentPipeline's spec if it exists."""

@@ -7,7 +7,6 @@ reach the status or the Events."""
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +20,6 @@ from tests.support.escalations import ESCALATIONS, PLAIN
 pytestmark = [pytest.mark.cluster]
 
 CHART = ROOT / "charts" / "persistent-pipelines"
-HELM = ROOT / ".cache" / "bin" / "helm"
 Policies = Callable[..., None]
 
 
@@ -32,11 +30,10 @@ def policies(ns: Namespace) -> Iterator[Policies]:
     release = f"adm-{uuid.uuid4().hex[:6]}"
 
     def install(*values: str) -> None:
-        rendered = subprocess.run(
-            [str(HELM), "template", release, str(CHART), "--namespace", "pp-system",
-             "--show-only", "templates/admission/pipelines.yaml", "--show-only", "templates/admission/driver-pods.yaml",
-             "--set", f"operator.watchNamespaces={{{ns.name}}}", "--set", f"driver.jobNamespaces={{{ns.name}}}",
-             *values], capture_output=True, text=True, check=True).stdout
+        rendered = ns.commands.helm(
+            "template", release, str(CHART), "--namespace", "pp-system",
+            "--show-only", "templates/admission/pipelines.yaml", "--show-only", "templates/admission/driver-pods.yaml",
+            "--set", f"operator.watchNamespaces={{{ns.name}}}", "--set", f"driver.jobNamespaces={{{ns.name}}}", *values)
         ns.kubectl("apply", "-f", "-", stdin=rendered)
         # A new policy takes effect once the API server has loaded it, within a second or so.
         relaxed = "admission.allowPrivilegedPodTemplates=true" in values
