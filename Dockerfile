@@ -43,7 +43,7 @@ RUN uv venv /opt/venv --python /usr/local/bin/python3.11 \
  && uv pip install --python /opt/venv/bin/python --no-deps .
 
 # ---- JVM packages ---------------------------------------------------------------------
-# Delta Lake, hadoop-aws, the AWS SDK bundle and spark-hadoop-cloud, minus what pyspark
+# Delta Lake, hadoop-aws, the AWS SDK bundle, spark-hadoop-cloud and the Kafka connector, minus what pyspark
 # already ships (tools/jars/install.sh, the same script as `make jars`).
 FROM ${MAVEN_IMAGE} AS jars
 COPY --from=spark-app-venv /opt/venv/lib/python3.11/site-packages/pyspark/jars /tmp/pyspark-jars

@@ -39,7 +39,7 @@ lock: | $(UV) ## Re-resolve uv.lock after editing pyproject.toml.
 	$(UV) lock --python $(PYTHON)
 
 .PHONY: jars
-jars: venv ## Fetch Delta Lake, hadoop-aws, the AWS SDK and spark-hadoop-cloud into .cache/jars.
+jars: venv ## Fetch Delta Lake, hadoop-aws, the AWS SDK, spark-hadoop-cloud and the Kafka connector into .cache/jars.
 	@tools/jars/install.sh $(PYSPARK_JARS)
 
 .PHONY: bins
