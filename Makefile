@@ -1,5 +1,6 @@
 # Every target installs what it needs: Python packages (uv.lock), Spark's JVM packages
-# (tools/jars/pom.xml) and the local control plane's binaries (tools/{kube,etcd,helm}).
+# (tools/jars/pom.xml), the Kafka broker (tools/kafka/pom.xml) and the local control
+# plane's binaries (tools/{kube,etcd,helm}).
 # Heavy outputs are cached per version under $(PP_CACHE); .cache/ holds links and run state.
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -42,6 +43,10 @@ lock: | $(UV) ## Re-resolve uv.lock after editing pyproject.toml.
 jars: venv ## Fetch Delta Lake, hadoop-aws, the AWS SDK, spark-hadoop-cloud and the Kafka connector into .cache/jars.
 	@tools/jars/install.sh $(PYSPARK_JARS)
 
+.PHONY: kafka
+kafka: ## Fetch the Kafka 4.1.1 broker (server, storage and admin tools) into .cache/kafka.
+	@tools/kafka/install.sh
+
 .PHONY: bins
 bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd and helm into .cache/bin.
 	@tools/build-go-tools.sh
@@ -52,7 +57,7 @@ class-archive: venv jars ## Record the driver JVM's class archive (drivers start
 	@ln -sfn $(PP_CACHE)/class-archives .cache/class-archives
 
 .PHONY: setup
-setup: venv jars bins class-archive ## Install everything the tests and the demo need (idempotent, cached).
+setup: venv jars kafka bins class-archive ## Install everything the tests and the demo need (idempotent, cached).
 
 ## ---- the local control plane --------------------------------------------------------
 
