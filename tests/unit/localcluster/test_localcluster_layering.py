@@ -18,6 +18,7 @@ PURE = [
     "kubelet/status.py",
     "kubelet/node.py",
     "kubelet/storage.py",
+    "kubelet/hosts.py",
 ]
 IMPURE = {
     "subprocess",
