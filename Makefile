@@ -117,6 +117,8 @@ bench-operator: setup ## Benchmark the operator (relaunch latency; 100 pipelines
 IMAGE_TAG := 0.1.0
 SPARK_APP_IMAGE := ghcr.io/persistent-pipelines/spark-app:$(IMAGE_TAG)
 OPERATOR_IMAGE := ghcr.io/persistent-pipelines/operator:$(IMAGE_TAG)
+# The broker of demo/kafka.yaml (the version of tools/kafka/pom.xml; tests/unit/images checks both).
+KAFKA_IMAGE := apache/kafka:4.1.1
 CHART_DIR := charts/persistent-pipelines
 HELM := .cache/bin/helm
 KIND_VERSION := v0.30.0
@@ -167,7 +169,8 @@ e2e: setup ## End-to-end tests on the local cluster: chart, pipelines, driver ki
 e2e-kind: ## The same e2e tests on a kind cluster with the images built and loaded (needs Docker).
 	@if ! docker info >/dev/null 2>&1; then echo "e2e-kind: skipped: $(NO_DOCKER), so kind cannot run; make e2e runs the same tests on the local cluster."; exit 0; fi; \
 	$(MAKE) setup images && KIND_VERSION=$(KIND_VERSION) KIND_CLUSTER=$(KIND_CLUSTER) \
-	  SPARK_APP_IMAGE=$(SPARK_APP_IMAGE) OPERATOR_IMAGE=$(OPERATOR_IMAGE) E2E_ARGS="$(E2E_ARGS)" tests/e2e/kind.sh
+	  SPARK_APP_IMAGE=$(SPARK_APP_IMAGE) OPERATOR_IMAGE=$(OPERATOR_IMAGE) KAFKA_IMAGE=$(KAFKA_IMAGE) \
+	  E2E_ARGS="$(E2E_ARGS)" tests/e2e/kind.sh
 ## ---- end of images / chart / demo / e2e -----------------------------------------------
 
 ## ---- tests ----------------------------------------------------------------------------
