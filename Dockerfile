@@ -44,9 +44,9 @@ RUN uv venv /opt/venv --python /usr/local/bin/python3.11 \
  && uv pip install --python /opt/venv/bin/python --no-deps --no-sources .
 
 # ---- JVM packages ---------------------------------------------------------------------
-# Delta Lake, hadoop-aws, the AWS SDK bundle and spark-hadoop-cloud, minus what pyspark
-# already ships, and the project's own classes (tools/jars/java, compiled by this image's
-# JDK 17): tools/jars/install.sh, the same script as `make jars`.
+# Delta Lake, hadoop-aws, the AWS SDK bundle, spark-hadoop-cloud and the Kafka connector,
+# minus what pyspark already ships, and the project's own classes (tools/jars/java, compiled
+# by this image's JDK 17): tools/jars/install.sh, the same script as `make jars`.
 FROM ${MAVEN_IMAGE} AS jars
 COPY --from=spark-app-venv /opt/venv/lib/python3.11/site-packages/pyspark/jars /tmp/pyspark-jars
 COPY tools/jars/ /src/tools/jars/

@@ -1,5 +1,6 @@
 # Every target installs what it needs: Python packages (uv.lock), Spark's JVM packages
-# (tools/jars/pom.xml) and the local control plane's binaries (tools/{kube,etcd,helm}).
+# (tools/jars/pom.xml), the Kafka broker (tools/kafka/pom.xml) and the local control
+# plane's binaries (tools/{kube,etcd,helm}).
 # Heavy outputs are cached per version under $(PP_CACHE); .cache/ holds links and run state.
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -39,8 +40,12 @@ lock: | $(UV) ## Re-resolve uv.lock after editing pyproject.toml.
 	$(UV) lock --python $(PYTHON)
 
 .PHONY: jars
-jars: venv ## Fetch Delta Lake, hadoop-aws, the AWS SDK and spark-hadoop-cloud, compile tools/jars/java, into .cache/jars.
+jars: venv ## Fetch Delta Lake, hadoop-aws, the AWS SDK, spark-hadoop-cloud and the Kafka connector, compile tools/jars/java, into .cache/jars.
 	@tools/jars/install.sh $(PYSPARK_JARS)
+
+.PHONY: kafka
+kafka: ## Fetch the Kafka 4.1.1 broker (server, storage and admin tools) into .cache/kafka.
+	@tools/kafka/install.sh
 
 .PHONY: bins
 bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd and helm into .cache/bin.
@@ -52,7 +57,7 @@ class-archive: venv jars ## Record the driver JVM's class archive (drivers start
 	@ln -sfn $(PP_CACHE)/class-archives .cache/class-archives
 
 .PHONY: setup
-setup: venv jars bins class-archive ## Install everything the tests and the demo need (idempotent, cached).
+setup: venv jars kafka bins class-archive ## Install everything the tests and the demo need (idempotent, cached).
 
 ## ---- the local control plane --------------------------------------------------------
 
@@ -112,6 +117,8 @@ bench-operator: setup ## Benchmark the operator (relaunch latency; 100 pipelines
 IMAGE_TAG := 0.1.0
 SPARK_APP_IMAGE := ghcr.io/persistent-pipelines/spark-app:$(IMAGE_TAG)
 OPERATOR_IMAGE := ghcr.io/persistent-pipelines/operator:$(IMAGE_TAG)
+# The broker of demo/kafka.yaml (the version of tools/kafka/pom.xml; tests/unit/images checks both).
+KAFKA_IMAGE := apache/kafka:4.1.1
 CHART_DIR := charts/persistent-pipelines
 HELM := .cache/bin/helm
 KIND_VERSION := v0.30.0
@@ -162,7 +169,8 @@ e2e: setup ## End-to-end tests on the local cluster: chart, pipelines, driver ki
 e2e-kind: ## The same e2e tests on a kind cluster with the images built and loaded (needs Docker).
 	@if ! docker info >/dev/null 2>&1; then echo "e2e-kind: skipped: $(NO_DOCKER), so kind cannot run; make e2e runs the same tests on the local cluster."; exit 0; fi; \
 	$(MAKE) setup images && KIND_VERSION=$(KIND_VERSION) KIND_CLUSTER=$(KIND_CLUSTER) \
-	  SPARK_APP_IMAGE=$(SPARK_APP_IMAGE) OPERATOR_IMAGE=$(OPERATOR_IMAGE) E2E_ARGS="$(E2E_ARGS)" tests/e2e/kind.sh
+	  SPARK_APP_IMAGE=$(SPARK_APP_IMAGE) OPERATOR_IMAGE=$(OPERATOR_IMAGE) KAFKA_IMAGE=$(KAFKA_IMAGE) \
+	  E2E_ARGS="$(E2E_ARGS)" tests/e2e/kind.sh
 ## ---- end of images / chart / demo / e2e -----------------------------------------------
 
 ## ---- tests ----------------------------------------------------------------------------

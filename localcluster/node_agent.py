@@ -4,7 +4,9 @@
 
 It registers a Ready Node and renews its Lease, binds pending pods to it, runs each pod
 (kubelet/pods.py) and serves `kubectl logs` (kubelet/logs.py). One watch on all pods drives
-it: a pod is bound and started as soon as its creation event arrives. On SIGTERM it stops
+it: a pod is bound and started as soon as its creation event arrives. A watch on Services
+keeps the pods' hosts files (kubelet/hosts.py) in step with them; one on claims provisions
+their volumes. On SIGTERM it stops
 every pod's processes and exits, leaving the pods in the API (as a node going down would).
 """
 
@@ -29,6 +31,7 @@ from localcluster.kubeapi import ApiConfig, ApiError, KubeApi, WatchExpired, pod
 from localcluster.kubelet import node as nodes
 from localcluster.kubelet import storage
 from localcluster.kubelet.events import SCHEDULER, EventRecorder
+from localcluster.kubelet.hosts import ServiceKey, service_key
 from localcluster.kubelet.images import ImageMap, load_image_map
 from localcluster.kubelet.launch import pod_log_dir
 from localcluster.kubelet.logs import LogServer
@@ -111,6 +114,7 @@ class NodeAgent:
         self.api = KubeApi(config, pool_size=32)
         self.events = EventRecorder(self.api, settings.node_name)
         server = urlsplit(config.server)
+        self._services: frozenset[ServiceKey] = frozenset()
         self.ctx = PodContext(
             api=self.api,
             events=self.events,
@@ -123,6 +127,8 @@ class NodeAgent:
             python=str(self.layout.python),
             images=ImageMapFile(self.layout.images_file, _placeholders(self.layout)),
             host_env=dict(os.environ),
+            services=lambda: self._services,
+            host_hosts=Path("/etc/hosts").read_text(),
         )
         self._workers: dict[str, PodWorker] = {}
         self._finished: set[str] = set()
@@ -157,7 +163,12 @@ class NodeAgent:
             args=("/api/v1/persistentvolumeclaims", self._on_claim_event, self._on_claim_list),
             name="watch-claims",
         )
-        for thread in (pods, claims):
+        services = threading.Thread(
+            target=self._watch,
+            args=("/api/v1/services", self._on_service_event, self._on_service_list),
+            name="watch-services",
+        )
+        for thread in (pods, claims, services):
             thread.daemon = True
             thread.start()
         log.info("node %s ready; kubelet API on 127.0.0.1:%d", self.settings.node_name, self.settings.port)
@@ -343,6 +354,30 @@ class NodeAgent:
         except ApiError as e:
             if e.status not in (404, 409):
                 log.warning("removing %s/%s failed: %s", meta["namespace"], meta["name"], e)
+
+    # ---- services, for the pods' hosts files --------------------------------------------
+
+    def _on_service_list(self, services: list[JsonDict]) -> None:
+        keys = {service_key(s) for s in services}
+        self._set_services({key for key in keys if key is not None})
+
+    def _on_service_event(self, kind: str, service: JsonDict) -> None:
+        meta = service["metadata"]
+        current = set(self._services)
+        current.discard((meta["namespace"], meta["name"]))
+        key = service_key(service)
+        if kind != "DELETED" and key is not None:
+            current.add(key)
+        self._set_services(current)
+
+    def _set_services(self, services: set[ServiceKey]) -> None:
+        with self._lock:
+            if services == self._services:
+                return
+            self._services = frozenset(services)
+            workers = list(self._workers.values())
+        for worker in workers:
+            worker.services_changed()
 
     # ---- persistent volume claims ------------------------------------------------------
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.kubelet.envvars import expand
+from localcluster.kubelet.hosts import HOSTS_PATH
 from localcluster.kubelet.images import ImageConfig, compose_argv
 from localcluster.kubelet.volumes import Mount, VolumePlan, plan_mounts
 
@@ -70,6 +71,11 @@ class PodPaths:
     def container_dir(self, container: str) -> Path:
         return self.pod_dir / "containers" / container
 
+    @property
+    def hosts_file(self) -> Path:
+        """The pod's /etc/hosts (kubelet/hosts.py), as kubelet's pods/<uid>/etc-hosts."""
+        return self.pod_dir / "etc-hosts"
+
 
 def base_env(pod: JsonDict, image: ImageConfig, host_env: Mapping[str, str]) -> list[tuple[str, str]]:
     """What a process sees before the pod's own env: Docker's defaults and the image's ENV."""
@@ -101,7 +107,10 @@ def build_launch(
         # As kubelet does: a file of the container's own at that path, so that processes
         # of different containers never share one (they all see the host's /dev).
         mounts = [*mounts, Mount(str(termination_file), termination_path, read_only=False)]
-        mounts.sort(key=lambda m: m.target.count("/"))
+    if not any(m.target == HOSTS_PATH for m in mounts):
+        # As kubelet does, unless the container mounts a file there itself.
+        mounts = [*mounts, Mount(str(paths.hosts_file), HOSTS_PATH, read_only=False)]
+    mounts.sort(key=lambda m: m.target.count("/"))
     return LaunchSpec(
         argv=argv,
         env=dict(env),

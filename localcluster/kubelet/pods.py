@@ -26,6 +26,7 @@ from localcluster.kubelet.containers import (
 )
 from localcluster.kubelet.envvars import ConfigError, ObjectKey, referenced_objects, resolve_env, service_env
 from localcluster.kubelet.events import EventRecorder, container_field
+from localcluster.kubelet.hosts import ServiceKey, hosts_file, write_in_place
 from localcluster.kubelet.images import ImageConfig, ImageMap, normalize_repository
 from localcluster.kubelet.launch import LaunchError, PodPaths, base_env, build_launch
 from localcluster.kubelet.probes import Prober, ProbeTarget, check
@@ -70,6 +71,10 @@ class PodContext:
     python: str
     images: Callable[[], ImageMap]
     host_env: Mapping[str, str]
+    services: Callable[[], frozenset[ServiceKey]] = frozenset
+    """The cluster's Services now, for the pods' hosts files (kubelet/hosts.py)."""
+    host_hosts: str = "127.0.0.1\tlocalhost\n"
+    """The host's /etc/hosts, which every pod's hosts file starts with."""
     crash_backoff: Backoff = Backoff()
     image_backoff: Backoff = Backoff()
 
@@ -97,6 +102,7 @@ class PodWorker:
         self._wake = threading.Event()
         self._gone = False
         self._shutdown = False
+        self._services_changed = False
         self._paths = PodPaths(ctx.pods_dir / self.uid, ctx.logs_root)
         spec = pod["spec"]
         self._init = [Container(c, True) for c in spec.get("initContainers") or ()]
@@ -130,6 +136,11 @@ class PodWorker:
 
     def shutdown(self) -> None:
         self._shutdown = True
+        self._wake.set()
+
+    def services_changed(self) -> None:
+        """The cluster's Services changed: the pod's hosts file is written again."""
+        self._services_changed = True
         self._wake.set()
 
     def join(self, timeout: float) -> None:
@@ -181,6 +192,7 @@ class PodWorker:
             self._prepare()
         if self._volumes is not None:
             self._refresh_tokens_if_due(now)
+            self._refresh_hosts_if_changed()
             self._sync_containers(now)
         self._report_status()
         return self._finished()
@@ -223,6 +235,7 @@ class PodWorker:
             self._check_claims(plans)
             self._create_folders(plans)
             self._write_file_volumes(pod, plans)
+            self._write_hosts()
         except VolumeError as e:
             self._ctx.events.warning(pod, "FailedMount", f"MountVolume.SetUp failed: {e}")
             self._prepare_at = time.time() + MOUNT_RETRY_SECONDS
@@ -313,6 +326,20 @@ class PodWorker:
         except VolumeError as e:
             log.warning("pod %s/%s: token refresh failed, retrying: %s", self.namespace, self.name, e)
             self._token_refresh_at = now + MOUNT_RETRY_SECONDS
+
+    def _write_hosts(self) -> None:
+        self._services_changed = False
+        content = hosts_file(self._current(), self._ctx.host_hosts, self._ctx.services())
+        self._paths.pod_dir.mkdir(parents=True, exist_ok=True)
+        write_in_place(self._paths.hosts_file, content)
+
+    def _refresh_hosts_if_changed(self) -> None:
+        if not self._services_changed:
+            return
+        try:
+            self._write_hosts()
+        except OSError as e:
+            log.warning("pod %s/%s: rewriting its hosts file failed: %s", self.namespace, self.name, e)
 
     # ---- containers --------------------------------------------------------------------
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # make e2e-kind: the end-to-end tests on a kind cluster, where Docker exists. Creates the
 # cluster (deleted at the end if created here; KEEP_KIND=1 keeps it), loads the images that
-# `make images` built, and runs tests/e2e with E2E_TARGET=kind: the tests install the chart
+# `make images` built and the official Kafka image (pulled here when Docker lacks it, so the
+# node never pulls), and runs tests/e2e with E2E_TARGET=kind: the tests install the chart
 # themselves, as on the local cluster.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
-: "${KIND_VERSION:?}" "${KIND_CLUSTER:?}" "${SPARK_APP_IMAGE:?}" "${OPERATOR_IMAGE:?}"
+: "${KIND_VERSION:?}" "${KIND_CLUSTER:?}" "${SPARK_APP_IMAGE:?}" "${OPERATOR_IMAGE:?}" "${KAFKA_IMAGE:?}"
 
 kind=$(command -v kind || true)
 if [ -z "$kind" ]; then
@@ -31,8 +32,9 @@ if [ "$created" = yes ] && [ "${KEEP_KIND:-0}" != 1 ]; then
   trap '"$kind" delete cluster --name "$KIND_CLUSTER"' EXIT
 fi
 
-echo ">>> loading $SPARK_APP_IMAGE and $OPERATOR_IMAGE into the kind node"
-"$kind" load docker-image "$SPARK_APP_IMAGE" "$OPERATOR_IMAGE" --name "$KIND_CLUSTER"
+docker image inspect "$KAFKA_IMAGE" >/dev/null 2>&1 || docker pull "$KAFKA_IMAGE"
+echo ">>> loading $SPARK_APP_IMAGE, $OPERATOR_IMAGE and $KAFKA_IMAGE into the kind node"
+"$kind" load docker-image "$SPARK_APP_IMAGE" "$OPERATOR_IMAGE" "$KAFKA_IMAGE" --name "$KIND_CLUSTER"
 
 echo ">>> the e2e tests on kind"
 # shellcheck disable=SC2086 # E2E_ARGS is a list of pytest arguments

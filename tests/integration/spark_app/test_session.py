@@ -1,4 +1,5 @@
-"""The session spark_app builds: what its Python workers run on, and the class archive its JVM maps."""
+"""The session spark_app builds: what its Python workers run on, the class archive its JVM maps, and
+the Kafka connector on its class path."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from spark_app.persistence import Backend
 from spark_app.runtime.jvm import class_archive
 from spark_app.runtime.jvm.jars import jars_dir
 from spark_app.runtime.jvm.session import build_session, spark_conf
+from tests.support.kafka import KafkaBroker, Message
 
 pytestmark = pytest.mark.spark
 
@@ -52,3 +54,30 @@ def test_the_driver_jvm_maps_the_class_archive_recorded_for_its_jvm_and_jars(spa
     check = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", classpath, "-version"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.kafka
+def test_the_session_reads_a_kafka_topic_with_the_connector_on_its_class_path(
+    spark: SparkSession, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic = kafka_broker.new_topic(partitions=2)
+    kafka_broker.produce(topic, [Message(b"a", b"1", partition=0), Message(b"b", b"2", partition=1)], "w")
+    kafka_broker.produce(topic, [Message(b"c", b"aborted", partition=0)], "w", abort=True)
+    stream = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+    query = (
+        stream.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition")
+        .writeStream.format("memory").queryName("kafka_read").trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )  # fmt: skip
+    query.awaitTermination(120)
+    assert query.exception() is None
+    rows = spark.sql("SELECT key, value, partition FROM kafka_read ORDER BY partition").collect()
+    assert [tuple(row) for row in rows] == [("a", "1", 0), ("b", "2", 1)]

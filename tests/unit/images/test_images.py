@@ -91,3 +91,37 @@ def test_the_images_carry_neither_localcluster_nor_the_dev_group() -> None:
     assert "localcluster" not in project["project"]["scripts"]
     assert "localcluster" in project["dependency-groups"]["dev"]
     assert "localcluster" not in " ".join(project["project"]["dependencies"])
+
+
+# ---- the Kafka broker: one version, and one manifest for kind and the local cluster --------
+
+KAFKA_MANIFEST = list(yaml.safe_load_all((ROOT / "demo" / "kafka.yaml").read_text()))
+KAFKA_SET = next(doc for doc in KAFKA_MANIFEST if doc["kind"] == "StatefulSet")
+KAFKA_POD = KAFKA_SET["spec"]["template"]
+
+
+def test_the_kafka_image_the_jars_and_the_kind_load_are_one_version() -> None:
+    pom = (ROOT / "tools" / "kafka" / "pom.xml").read_text()
+    version = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
+    assert version
+    image = KAFKA_POD["spec"]["containers"][0]["image"]
+    assert image == f"apache/kafka:{version.group(1)}"
+    assert f"KAFKA_IMAGE := {image}" in (ROOT / "Makefile").read_text()
+    assert "apache/kafka" in IMAGE_MAP
+
+
+def test_the_kafka_manifest_gives_the_local_runner_a_broker_clients_reach_by_the_service_name() -> None:
+    from localcluster.kafka import config_from_env
+    from localcluster.kubelet.envvars import resolve_env
+
+    pod = {"metadata": {"name": "kafka-0", "namespace": "pp-demo"}, "spec": KAFKA_POD["spec"]}
+    container = KAFKA_POD["spec"]["containers"][0]
+    config = config_from_env(resolve_env(container, pod, {}), bind_host="127.0.0.1")
+    service = next(doc for doc in KAFKA_MANIFEST if doc["kind"] == "Service")
+    assert service["metadata"]["name"] == "kafka" and service["spec"]["ports"][0]["port"] == 9092
+    assert (config.property("advertised.listeners") or "").startswith("PLAINTEXT://kafka.pp-demo.svc:9092,")
+    assert (config.property("listeners") or "").startswith("PLAINTEXT://127.0.0.1:9092,")
+    assert config.property("transaction.state.log.replication.factor") == "1"
+    assert config.property("transaction.state.log.min.isr") == "1"
+    # Kubelet's service links (KAFKA_PORT=tcp://...) would otherwise become broker properties.
+    assert KAFKA_POD["spec"]["enableServiceLinks"] is False

@@ -1,4 +1,4 @@
-"""From a container spec to the process to start: the termination message file."""
+"""From a container spec to the process to start: the termination message file, the hosts file."""
 
 from pathlib import Path
 from typing import Any
@@ -28,15 +28,26 @@ def test_each_container_gets_its_own_file_at_the_default_termination_message_pat
 def test_a_termination_message_path_inside_a_volume_is_mounted_after_the_volume() -> None:
     spec = launch(terminationMessagePath="/data/why", terminationMessagePolicy="FallbackToLogsOnError",
                   volumeMounts=[{"name": "data", "mountPath": "/data"}])
-    assert [m.target for m in spec.mounts] == ["/data", "/data/why"]
+    assert [m.target for m in spec.mounts if m.target != "/etc/hosts"] == ["/data", "/data/why"]
     assert spec.termination_policy == "FallbackToLogsOnError"
 
 
-def test_an_empty_termination_message_path_mounts_nothing() -> None:
+def test_an_empty_termination_message_path_mounts_no_termination_file() -> None:
     spec = launch(terminationMessagePath="")
-    assert spec.termination_file is None and spec.mounts == []
+    assert spec.termination_file is None and [m.target for m in spec.mounts] == ["/etc/hosts"]
 
 
 def test_a_read_only_root_filesystem_is_passed_on_to_the_container() -> None:
     assert launch(securityContext={"readOnlyRootFilesystem": True}).read_only_root
     assert not launch(securityContext={"runAsNonRoot": True}).read_only_root and not launch().read_only_root
+
+
+def test_every_container_gets_the_pods_hosts_file_at_etc_hosts() -> None:
+    assert Mount("/cluster/pods/u-1/etc-hosts", "/etc/hosts", read_only=False) in launch().mounts
+
+
+def test_a_container_that_mounts_its_own_etc_hosts_keeps_it() -> None:
+    spec = launch(volumeMounts=[{"name": "data", "mountPath": "/etc/hosts", "subPath": "hosts"}])
+    assert [m.source for m in spec.mounts if m.target == "/etc/hosts"] == [
+        "/cluster/pods/u-1/volumes/empty-dir/data/hosts"
+    ]
