@@ -41,6 +41,7 @@ from spark_app.runtime.sources.files import count_dead_letters
 from spark_app.state.file_index import FileIndex
 from spark_app.state.records import QueryHead
 from spark_app.state.session import StateSession
+from spark_app.state.tables import LookupPosition
 from spark_app.storage import NotFound, Storage, join
 
 log = logging.getLogger("spark_app")
@@ -65,6 +66,12 @@ class Committer(Protocol):
 
     def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None: ...
 
+    def tables_committed(self, name: str, head: QueryHead) -> None:
+        """The commit of ``head`` holds: the holds on the shared tables it read may move."""
+
+    def table_uri(self, persistent_id: str) -> str:
+        """Where Spark reads the shared table a query's input ``persistent_id`` names."""
+
     def record_fatal(self, error: BaseException) -> None: ...
 
 
@@ -78,7 +85,8 @@ class BatchHandler:
         self._driver = driver
         self._snapshots = snapshots
         self._dead_letter = dead_letter
-        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after) for pid in spec.sources}
+        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after)
+                         for pid in spec.sources if pid not in spec.tables}
         self._last_commit = 0.0
         self._last_snapshot = time.monotonic()
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
@@ -126,6 +134,8 @@ class BatchHandler:
             df.write.format("noop").mode("overwrite").save()
             return
         batch_time_ms, offsets = self._read_offsets(batch_id)
+        if self._spec.lookups:
+            offsets.update(self._lookup_positions())
         session.check_not_fenced()
         try:
             written = self._spec.sink.write(Batch(batch_id, batch_time_ms, df))
@@ -135,7 +145,7 @@ class BatchHandler:
         crash_point(AFTER_OUTPUT, batch_id)
         new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
+                 ", ".join(f"{pid}: {_describe_offset(o)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
@@ -158,7 +168,22 @@ class BatchHandler:
             crash_point(AFTER_COMMIT, batch_id)
         self._spec.sink.committed(written)
         self._last_commit = time.monotonic()
+        if kind == "commit" and self._spec.tables:
+            self._driver.tables_committed(self._name, new_head)
         return new_head
+
+    def _lookup_positions(self) -> dict[str, Any]:
+        """The version of each shared table this batch looked up, as its commit records it."""
+        from spark_app.runtime.tables.lookup import versions_read
+
+        uris = {pid: self._driver.table_uri(pid) for pid in self._spec.lookups}
+        versions = versions_read(self._spark(), self._name, uris)
+        return {pid: LookupPosition(version).to_offset() for pid, version in versions.items()}
+
+    def _spark(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.getOrCreate()
 
     def _maybe_snapshot(self, head: QueryHead) -> None:
         if time.monotonic() - self._last_snapshot < self._driver.snapshot_interval_s:
@@ -188,15 +213,24 @@ class BatchHandler:
             raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}") from None
         metadata = json.loads(lines[1])
         offsets = {}
-        for line in lines[2:]:
+        # One line per source, in the order of the query's sources (spec.sources); our file
+        # sources name themselves, a JVM source (a shared table's Delta changelog) is known
+        # by its place.
+        for number, line in enumerate(lines[2:]):
             if line and line != "-":
                 offset = json.loads(line)
-                offsets[offset["source"]] = offset
+                pid = offset.get("source") or (self._spec.sources[number] if number < len(self._spec.sources) else None)
+                if pid is None:
+                    raise StateDamaged(f"Spark's offset log of {self._name} has a source at position {number} that "
+                                       f"the query does not declare: {line[:200]}")
+                offsets[pid] = offset
         return int(metadata.get("batchTimestampMs", 0)), offsets
 
     def _counters(self, head: QueryHead | None, offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
         counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
         for pid, offset in offsets.items():
+            if "files" not in offset:
+                continue  # not a file source: nothing is set aside
             start = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
             end = int(offset["files"])
             previous = counters.get(pid, {})
@@ -208,6 +242,16 @@ class BatchHandler:
                 "file_problems": previous.get("file_problems", 0) + set_aside.files,
             }
         return counters
+
+
+def _describe_offset(offset: dict[str, Any]) -> str:
+    if "files" in offset:
+        return f"{offset['files']} files"
+    if "table_version" in offset:
+        return f"looked up version {offset['table_version']}"
+    if "reservoirVersion" in offset:
+        return f"at version {offset['reservoirVersion']}"
+    return json.dumps(offset, sort_keys=True)[:200]
 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:

@@ -32,6 +32,7 @@ from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
 from spark_app.runtime.sinks.base import OutputDamaged
 from spark_app.runtime.sources.files import SourceOrderChanged
+from spark_app.runtime.tables.readers import Readers, TableMissing
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
@@ -45,6 +46,7 @@ from spark_app.state.session import (
     StateOwnedElsewhere,
     StateSession,
 )
+from spark_app.state.tables import HoldBroken, TableError
 from spark_app.storage import RetryPolicy, StorageMisconfigured, StorageUnavailable
 
 log = logging.getLogger("spark_app")
@@ -65,6 +67,9 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
     (StateDamaged, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
+    (HoldBroken, contract.EXIT_TABLE_VERSIONS_GONE),
+    (TableMissing, contract.EXIT_MISCONFIGURED),
+    (TableError, contract.EXIT_MISCONFIGURED),
 ]
 
 
@@ -99,6 +104,7 @@ class Driver:
         self._commit_lock = threading.Lock()
         self._session: StateSession | None = None
         self._reporter: PodReporter | None = None
+        self._readers: Readers | None = None
         self._state = "starting"
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -140,6 +146,10 @@ class Driver:
                                           requested_epoch=config.epoch, owner=config.pipeline,
                                           log_retained=config.log_retained)
         self.report()
+        if self._pipeline.tables:
+            self._readers = Readers(self._pipeline.tables, config.pipeline, self._session.state_id,
+                                    self._reset_hint(metadata.root_uri))
+            self._readers.open(self._session.heads)
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
@@ -303,11 +313,27 @@ class Driver:
                 status = self._status()
                 self._session.renew_lease(status=json.loads(status.to_json()))
                 self.report(status)
+                if self._readers is not None:
+                    self._readers.refresh_lookups(self._looking_up)
             except Fenced as error:
                 self._fatal = error
                 return
             except StorageUnavailable as error:
                 log.warning("could not renew the lease: %s", error)
+
+    def _looking_up(self) -> bool:
+        """Whether a query that looks a table up has a batch under way."""
+        for name, spec in self._pipeline.queries.items():
+            query = self._queries.get(name)
+            if spec.lookups and query is not None and (not query.isActive or query.status["isTriggerActive"]):
+                return True
+        return False
+
+    def _reset_hint(self, root: str) -> str:
+        if self._pipeline.environment.injected is not None:
+            return (f"change spec.persistence.resetNonce of PersistentPipeline {self._config.pipeline}: it starts "
+                    "from empty state, which reads the table's current contents and then its changes")
+        return f"`python -m spark_app reset {root} --yes`, then start it again"
 
     def report(self, status: contract.DriverReport | None = None) -> None:
         if self._reporter is not None:
@@ -339,8 +365,15 @@ class Driver:
                 input_rows_per_s=progress.get("inputRowsPerSecond"),
             )
         session = self._session
+        tables = {}
+        for spec in self._pipeline.queries.values():
+            for output in spec.sink.outputs():
+                report = output.table_report()
+                if report is not None:
+                    tables[output.name] = report
         return contract.DriverReport(state=self._state, epoch=session.epoch if session else None,
-                                     stored_epoch=session.previous_epoch if session else None, queries=queries)
+                                     stored_epoch=session.previous_epoch if session else None, queries=queries,
+                                     tables=tables)
 
     # ---- used by the batch handlers ----------------------------------------------------
 
@@ -353,6 +386,13 @@ class Driver:
         with self._commit_lock:
             self.session.commit(name, head, kind)
         self.report()
+
+    def tables_committed(self, name: str, head: QueryHead) -> None:
+        if self._readers is not None:
+            self._readers.committed(name, head, self._pipeline.queries[name].tables)
+
+    def table_uri(self, persistent_id: str) -> str:
+        return self._pipeline.tables[persistent_id].location.uri
 
     def record_fatal(self, error: BaseException) -> None:
         if exit_code_for(error) != contract.EXIT_FAILED:

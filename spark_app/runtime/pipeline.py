@@ -30,11 +30,20 @@ from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, S
 from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, input_option
+from spark_app.runtime.tables.changelog import DIFF, ChangelogSource
+from spark_app.runtime.tables.location import TableLocation
+from spark_app.runtime.tables.lookup import lookups_in
+from spark_app.runtime.tables.publish import PublishOptions, TableOutput
+from spark_app.runtime.tables.readers import TableInput
+from spark_app.state.delta_log import TableLog
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
+from spark_app.state.tables import CHANGELOG, LOOKUP, TABLES, TableError, TableRef, check_table_name
 
 log = logging.getLogger("spark_app")
 
-_RELATION_PID = re.compile(r"persistent_id=([A-Za-z0-9_.\-]+)")
+# Our file sources print their options as persistent_id=..., Delta's streaming source (a
+# shared table's changelog) as spark_app_persistent_id -> ...
+_RELATION_PID = re.compile(r"persistent_id(?:=| -> )([A-Za-z0-9_.\-]+)")
 
 
 class PipelineError(Exception):
@@ -59,6 +68,10 @@ class QuerySpec:
     df: DataFrame | None
     facts: PlanFacts
     sources: tuple[str, ...] = field(default_factory=tuple)
+    """The persistent ids of its streaming sources, in the order of Spark's offset log."""
+    tables: tuple[str, ...] = field(default_factory=tuple)
+    """The persistent ids of the shared tables it reads (changelogs and lookups)."""
+    lookups: tuple[str, ...] = field(default_factory=tuple)
 
 
 class Pipeline:
@@ -67,6 +80,8 @@ class Pipeline:
         """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
         self.queries: dict[str, QuerySpec] = {}
+        self.tables: dict[str, TableInput] = {}
+        """The shared tables it reads, by persistent id."""
         self._spark: SparkSession | None = None
         self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
         atexit.register(shutil.rmtree, self._context_dir, True)
@@ -92,10 +107,9 @@ class Pipeline:
                 "Pass persistent_id='...' to keep it stable.",
                 stacklevel=3,
             )
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
-            raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
-        if persistent_id in self.sources:
-            raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        self._check_persistent_id(persistent_id)
+        if persistent_id in self.tables:
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by a table input; give each its own")
         backend = Backend.from_uri(path, options=self.environment.s3)
         reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
                   .option("persistent_id", persistent_id).option("format", fmt)
@@ -106,6 +120,77 @@ class Pipeline:
         df = reader.load()
         self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend, df.schema.simpleString(), generated)
         return df
+
+    def add_table_changelog(self, table: str, persistent_id: str, location: str | None,
+                            max_files_per_trigger: int | None, with_version: bool) -> DataFrame:
+        """A shared table's changes, as a stream with ``diff`` (spark_app.io.tables.read)."""
+        where = self._table_input(table, persistent_id, location, CHANGELOG)
+        schema = self._table_schema(where)
+        if DIFF in schema.fieldNames():
+            raise PipelineError(f"table {where.ref} has a column named {DIFF!r}, which its changelog adds; "
+                                "rename it in the publisher")
+        df = ChangelogSource(self.spark(), where.uri, persistent_id, max_files_per_trigger=max_files_per_trigger,
+                             with_version=with_version).stream()
+        self.sources[persistent_id] = SourceSpec(persistent_id, "table", where.folder, df.schema.simpleString(), False)
+        self.tables[persistent_id] = TableInput(persistent_id, CHANGELOG, where)
+        return df
+
+    def add_table_lookup(self, table: str, persistent_id: str, location: str | None) -> DataFrame:
+        """A shared table's latest version, as a static DataFrame read anew at each batch
+        (spark_app.io.tables.lookup)."""
+        where = self._table_input(table, persistent_id, location, LOOKUP)
+        self._table_schema(where)
+        df = self.spark().read.format("delta").load(where.uri)
+        self.tables[persistent_id] = TableInput(persistent_id, LOOKUP, where)
+        return df
+
+    def _table_input(self, table: str, persistent_id: str, location: str | None, kind: str) -> TableLocation:
+        self._check_persistent_id(persistent_id)
+        if persistent_id in self.tables:
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by two table inputs; give each its own")
+        namespace = self.environment.pod_namespace or (self.environment.injected.pipeline.partition("/")[0]
+                                                        if self.environment.injected else "") or "local"
+        try:
+            ref = TableRef.parse(table, namespace)
+        except TableError as error:
+            raise PipelineError(str(error)) from None
+        if location is not None:
+            where = TableLocation(ref, Backend.from_uri(location, options=self.environment.s3)
+                                  .child(f"{TABLES}/{ref.name}"))
+        else:
+            injected = next((i for i in self.environment.table_inputs if i.table == str(ref)), None)
+            if injected is None:
+                raise PipelineError(
+                    f"the {kind} of table {ref} has no location: list it in the PersistentPipeline's spec.inputs "
+                    "(the operator then says where it is), or, run locally, pass location= (the publisher's "
+                    "state root)")
+            where = TableLocation(ref, Backend.from_uri(injected.uri, options=injected.s3),
+                                  self.environment.table_keys.get(injected.credentials))
+        where.configure(self.spark())
+        return where
+
+    def _table_schema(self, where: TableLocation) -> Any:
+        if not TableLog(where.storage).exists():
+            raise PipelineError(f"table {where.ref} does not exist at {where.uri}: its publisher has not "
+                                "committed a batch yet (start the publisher first)")
+        return self.spark().read.format("delta").load(where.uri).schema
+
+    def publish(self, df: DataFrame, name: str, key: list[str], options: PublishOptions) -> Output:
+        """A shared table maintained from ``df`` (spark_app.io.tables.publish)."""
+        try:
+            check_table_name(name)
+        except TableError as error:
+            raise PipelineError(str(error)) from None
+        if not key:
+            raise PipelineError(f"table {name!r}: publish needs key=[...], the columns that identify a row")
+        output = self.add_output("table", df, name, name, key, options=options)
+        return output
+
+    def _check_persistent_id(self, persistent_id: str) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
+            raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
+        if persistent_id in self.sources:
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
 
     def add_output(self, kind: str, df: DataFrame | FeedsOutputs, path: str, name: str | None,
                    key: list[str] | None, **options: Any) -> Output:
@@ -123,22 +208,29 @@ class Pipeline:
                                 "streaming DataFrames derived from spark_app sources")
         if name in self.queries:
             raise PipelineError(f"two outputs are named {name!r}; pass name='...' to tell them apart")
-        clash = [c for c in df.columns if c in RESERVED_COLUMNS]
+        facts = analyze(df)
+        changes = kind == "jsonlines" and DIFF in df.columns and facts.key is None and key is None
+        clash = [c for c in df.columns if c in RESERVED_COLUMNS and not (changes and c == DIFF)]
         if clash and kind == "jsonlines":
             raise PipelineError(f"output {name!r} has columns {clash}, which the changelog reserves "
                                 "for time and diff; rename them")
-        facts = analyze(df)
-        if key is not None and facts.key is not None:
+        if key is not None and (facts.key is not None or kind == "table"):
             missing = [k for k in key if k not in df.columns]
             if missing:
                 raise PipelineError(f"output {name!r}: key columns {missing} are not in {df.columns}")
-            facts = PlanFacts(facts.stateful, tuple(key))
+            if facts.key is not None:
+                facts = PlanFacts(facts.stateful, tuple(key))
         output: Output
         if kind == "jsonlines":
-            output = JsonLinesOutput(name, path, facts.key)
+            output = JsonLinesOutput(name, path, facts.key, changes=changes)
+        elif kind == "table":
+            output = TableOutput(name, key or [], df.schema, options["options"])
         else:
             output = DeltaOutput(name, path, facts.key, **options)
-        self.queries[name] = QuerySpec(SingleSink(output), df, facts, source_ids(df))
+        lookups = lookups_in(df, {pid: t.location.uri for pid, t in self.tables.items() if t.kind == LOOKUP})
+        sources = source_ids(df)
+        tables = tuple(pid for pid in (*sources, *lookups) if pid in self.tables)
+        self.queries[name] = QuerySpec(SingleSink(output), df, facts, sources, tables, lookups)
         return output
 
     def add_query(self, name: str, query: QuerySpec) -> None:

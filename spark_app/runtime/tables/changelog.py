@@ -1,0 +1,77 @@
+"""A reader's stream of a shared table's changes: its contents as of a version (the
+snapshot phase), then every later version's changes, each row with ``diff`` (+1 insert,
+-1 retract; an update is -old +new).
+
+It is Delta's streaming change data feed (``readChangeFeed``). Its offsets are Delta's
+(table id, version, index in the version, whether still in the snapshot), in Spark's
+offset log like any source's; the batch's commit records them under the input's
+persistent id (spark_app.runtime.commit reads JVM sources' offsets by their position)
+and the reader's hold follows them (spark_app.runtime.tables.readers).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamReader
+
+from spark_app.state.tables import CHANGE_DIFFS
+
+PERSISTENT_ID_OPTION = "spark_app_persistent_id"
+"""Names the input in the query's plan (spark_app.runtime.pipeline.source_ids); Delta ignores it."""
+CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
+DIFF = "diff"
+
+
+class SnapshotPhase(Protocol):
+    """How a reader that has no position yet gets the table's contents before its changes."""
+
+    def configure(self, reader: DataStreamReader) -> DataStreamReader: ...
+
+
+class DeltaInitialSnapshot:
+    """Delta's own: a change data feed stream started without ``startingVersion`` first
+    returns the table as of the version it starts at, every row an insert, then the
+    changes of each later version. (One batch reads at most ``maxFilesPerTrigger``
+    files, so a large table arrives in several batches.)"""
+
+    def configure(self, reader: DataStreamReader) -> DataStreamReader:
+        return reader
+
+
+class ChangelogSource:
+    def __init__(self, spark: SparkSession, uri: str, persistent_id: str,
+                 snapshot: SnapshotPhase | None = None, max_files_per_trigger: int | None = None,
+                 with_version: bool = False) -> None:
+        self._spark = spark
+        self.uri = uri
+        self.persistent_id = persistent_id
+        self.snapshot = snapshot or DeltaInitialSnapshot()
+        self._max_files = max_files_per_trigger
+        self._with_version = with_version
+
+    def stream(self) -> DataFrame:
+        reader = (self._spark.readStream.format("delta").option("readChangeFeed", "true")
+                  .option(PERSISTENT_ID_OPTION, self.persistent_id))
+        if self._max_files:
+            reader = reader.option("maxFilesPerTrigger", str(self._max_files))
+        return as_changelog(self.snapshot.configure(reader).load(self.uri), self._with_version)
+
+
+def diff_column() -> Column:
+    """``_change_type`` as +1/-1 (CHANGE_DIFFS)."""
+    cases = F.lit(None).cast("int")
+    for change, diff in CHANGE_DIFFS.items():
+        cases = F.when(F.col(CHANGE_TYPE) == change, F.lit(diff)).otherwise(cases)
+    return cases
+
+
+def as_changelog(raw: DataFrame, with_version: bool = False) -> DataFrame:
+    """The table's columns and ``diff`` (and the version that made the change, as
+    ``_commit_version``, if asked: it makes an update's two rows differ by more than
+    their values, so keyed consumers should not take it)."""
+    columns = [c for c in raw.columns if c not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
+    extra = [F.col(COMMIT_VERSION)] if with_version else []
+    return raw.select(*columns, diff_column().alias(DIFF), *extra)
