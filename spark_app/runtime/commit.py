@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -34,11 +35,9 @@ from spark_app.faults import (
     IN_RECOVERY,
     crash_point,
 )
-from spark_app.persistence import Backend
 from spark_app.runtime.pipeline import QuerySpec
 from spark_app.runtime.sinks.base import Batch, OutputContext, Written
-from spark_app.runtime.sources.files import count_dead_letters
-from spark_app.state.file_index import FileIndex
+from spark_app.runtime.sources.base import Tracker
 from spark_app.state.records import QueryHead
 from spark_app.state.session import StateSession
 from spark_app.storage import NotFound, Storage, join
@@ -60,9 +59,6 @@ class Committer(Protocol):
     @property
     def snapshot_interval_s(self) -> float: ...
 
-    @property
-    def index_compact_after(self) -> int: ...
-
     def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None: ...
 
     def record_fatal(self, error: BaseException) -> None: ...
@@ -72,13 +68,12 @@ class BatchHandler:
     """Spark's foreachBatch callback for one query: the per-batch commit protocol."""
 
     def __init__(self, name: str, spec: QuerySpec, driver: Committer, snapshots: Storage,
-                 dead_letter: Backend) -> None:
+                 trackers: Mapping[str, Tracker]) -> None:
         self._name = name
         self._spec = spec
         self._driver = driver
         self._snapshots = snapshots
-        self._dead_letter = dead_letter
-        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after) for pid in spec.sources}
+        self._trackers = {pid: trackers[pid] for pid in spec.sources}
         self._last_commit = 0.0
         self._last_snapshot = time.monotonic()
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
@@ -101,12 +96,8 @@ class BatchHandler:
 
     def caught_up(self) -> bool:
         head = self._driver.session.heads.get(self._name)
-        for pid, index in self._indexes.items():
-            index.reload()
-            done = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            if done < len(index):
-                return False
-        return True
+        return all(tracker.caught_up(head.offsets.get(pid) if head else None)
+                   for pid, tracker in self._trackers.items())
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         try:
@@ -135,7 +126,7 @@ class BatchHandler:
         crash_point(AFTER_OUTPUT, batch_id)
         new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {o.get('files')} files" for pid, o in offsets.items()))
+                 ", ".join(f"{pid}: {json.dumps(o, sort_keys=True)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
@@ -181,33 +172,42 @@ class BatchHandler:
             output.snapshot_committed(previous, self._snapshots)
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
+        """The batch's time and its sources' end offsets, from Spark's offset log: one line
+        per source, in the order Spark numbers the query's sources (``spec.sources``)."""
         key = join("checkpoints", self._name, "offsets", str(batch_id))
         try:
             lines = self._snapshots.read(key).decode().splitlines()
         except NotFound:
             raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}") from None
         metadata = json.loads(lines[1])
-        offsets = {}
-        for line in lines[2:]:
-            if line and line != "-":
-                offset = json.loads(line)
-                offsets[offset["source"]] = offset
-        return int(metadata.get("batchTimestampMs", 0)), offsets
+        return int(metadata.get("batchTimestampMs", 0)), offsets_by_source(self._name, self._spec.sources, lines[2:])
 
     def _counters(self, head: QueryHead | None, offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
         counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
         for pid, offset in offsets.items():
-            start = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            end = int(offset["files"])
-            previous = counters.get(pid, {})
-            files = self._indexes[pid].files(start, end) if pid in self._indexes and end > start else []
-            set_aside = count_dead_letters(self._dead_letter, pid, files)
-            counters[pid] = {
-                "files": end,
-                "malformed": previous.get("malformed", 0) + set_aside.rows,
-                "file_problems": previous.get("file_problems", 0) + set_aside.files,
-            }
+            start = head.offsets.get(pid) if head else None
+            counters[pid] = self._trackers[pid].counters(counters.get(pid, {}), start, offset)
         return counters
+
+
+def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) -> dict[str, Any]:
+    """Spark's offset lines named by the persistent ids of ``sources``, in the same order.
+    A source that has no offset yet has the line "-". Offsets of our own sources name
+    their source, which must agree."""
+    if len(lines) != len(sources):
+        raise StateDamaged(f"Spark's offset log of {query} has {len(lines)} sources where the query has "
+                           f"{len(sources)} ({', '.join(sources)}): its checkpoint belongs to another query")
+    offsets: dict[str, Any] = {}
+    for pid, line in zip(sources, lines, strict=True):
+        if not line or line == "-":
+            continue
+        offset = json.loads(line)
+        named = offset.get("source") if isinstance(offset, dict) else None
+        if named is not None and named != pid:
+            raise StateDamaged(f"Spark's offset log of {query} has the offset of source {named!r} where the "
+                               f"query reads {pid!r}: its checkpoint belongs to another query")
+        offsets[pid] = offset
+    return offsets
 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:

@@ -147,8 +147,9 @@ class Driver:
         dead_letter = Backend.from_uri(config.dead_letter_uri or self._pipeline.default_dead_letter(), options=s3)
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
                                      {**config.source_limits, "index_compact_after": config.index_compact_after})
+        trackers = self._pipeline.trackers(snapshots, dead_letter, config.index_compact_after)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
-            handler = BatchHandler(name, spec, self, snapshots, dead_letter)
+            handler = BatchHandler(name, spec, self, snapshots, trackers)
             self._handlers[name] = handler
             self._start_query(name)
             if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
@@ -357,10 +358,6 @@ class Driver:
     def record_fatal(self, error: BaseException) -> None:
         if exit_code_for(error) != contract.EXIT_FAILED:
             self._fatal = self._fatal or error
-
-    @property
-    def index_compact_after(self) -> int:
-        return self._config.index_compact_after
 
     @property
     def snapshot_interval_s(self) -> float:

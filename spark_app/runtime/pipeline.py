@@ -29,8 +29,10 @@ from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
 from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
-from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, input_option
+from spark_app.runtime.sources.base import Tracker
+from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
+from spark_app.storage import Storage
 
 log = logging.getLogger("spark_app")
 
@@ -146,6 +148,10 @@ class Pipeline:
         if name in self.queries or name in self._output_names():
             raise PipelineError(f"persistent_id {name!r} is already used; give the {query.sink.kind} its own")
         self.queries[name] = query
+
+    def trackers(self, snapshots: Storage, dead_letter: Backend, index_compact_after: int) -> dict[str, Tracker]:
+        """How each source takes part in its queries' commits."""
+        return {pid: FileTracker(snapshots, pid, index_compact_after, dead_letter) for pid in self.sources}
 
     def _output_names(self) -> set[str]:
         return {o.name for q in self.queries.values() for o in q.sink.outputs()}
