@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
@@ -30,6 +31,16 @@ from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, S
 from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.runtime.sources.base import Tracker
+from spark_app.runtime.sources.delta_table import FORMAT_NAME as PLANS_FORMAT
+from spark_app.runtime.sources.delta_table import (
+    BackfillError,
+    BackfillSettings,
+    DeltaTableRef,
+    PlanSource,
+    PlanTracker,
+    changelog_schema,
+    describe_table,
+)
 from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
 from spark_app.storage import Storage
@@ -52,6 +63,14 @@ class SourceSpec:
     generated_id: bool
 
 
+@dataclass(frozen=True)
+class TableSource:
+    table: DeltaTableRef
+    settings: BackfillSettings
+    schema: StructType
+    """The table's columns (the source's are these and diff)."""
+
+
 @dataclass
 class QuerySpec:
     """One Spark streaming query: its DataFrame and the sink its batches go to. An iterate
@@ -69,6 +88,8 @@ class Pipeline:
         """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
         self.queries: dict[str, QuerySpec] = {}
+        self.tables: dict[str, TableSource] = {}
+        """The sources that read a Delta table (by persistent id), backfilled by a planner."""
         self._spark: SparkSession | None = None
         self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
         atexit.register(shutil.rmtree, self._context_dir, True)
@@ -79,25 +100,14 @@ class Pipeline:
         if self._spark is None:
             self._spark = build_session(self._initial_conf(), self.environment.spark_log_level)
             self._spark.dataSource.register(FileSource)
+            self._spark.dataSource.register(PlanSource)
         return self._spark
 
     def add_source(self, fmt: str, path: str, schema: str, persistent_id: str | None,
                    options: dict[str, str]) -> DataFrame:
         spark = self.spark()
         generated = persistent_id is None
-        if persistent_id is None:
-            self._generated += 1
-            persistent_id = f"{fmt}_{self._generated}"
-            warnings.warn(
-                f"source {path!r} has no persistent_id, so it was named {persistent_id!r} after the order "
-                "of creation; adding, removing or reordering sources will break its state. "
-                "Pass persistent_id='...' to keep it stable.",
-                stacklevel=3,
-            )
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
-            raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
-        if persistent_id in self.sources:
-            raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        persistent_id = self._source_id(fmt, path, persistent_id)
         backend = Backend.from_uri(path, options=self.environment.s3)
         reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
                   .option("persistent_id", persistent_id).option("format", fmt)
@@ -108,6 +118,41 @@ class Pipeline:
         df = reader.load()
         self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend, df.schema.simpleString(), generated)
         return df
+
+    def add_table_source(self, path: str, key: tuple[str, ...], persistent_id: str | None,
+                         settings: BackfillSettings) -> DataFrame:
+        """A keyed Delta table read as a changelog: backfilled in key order, then its changes."""
+        spark = self.spark()
+        generated = persistent_id is None
+        persistent_id = self._source_id("delta", path, persistent_id)
+        table = DeltaTableRef(Backend.from_uri(path, options=self.environment.s3), key)
+        try:
+            schema = describe_table(spark, table)
+        except BackfillError as error:
+            raise PipelineError(f"source {persistent_id!r}: {error}") from None
+        df = (spark.readStream.format(PLANS_FORMAT).schema(changelog_schema(schema))
+              .option("persistent_id", persistent_id).option("context", self.context_path)
+              .option("max_plans_per_trigger", str(settings.max_plans_per_trigger)).load())
+        self.sources[persistent_id] = SourceSpec(persistent_id, "delta", table.location, df.schema.simpleString(),
+                                                 generated)
+        self.tables[persistent_id] = TableSource(table, settings, schema)
+        return df
+
+    def _source_id(self, fmt: str, path: str, persistent_id: str | None) -> str:
+        if persistent_id is None:
+            self._generated += 1
+            persistent_id = f"{fmt}_{self._generated}"
+            warnings.warn(
+                f"source {path!r} has no persistent_id, so it was named {persistent_id!r} after the order "
+                "of creation; adding, removing or reordering sources will break its state. "
+                "Pass persistent_id='...' to keep it stable.",
+                stacklevel=4,
+            )
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
+            raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
+        if persistent_id in self.sources:
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        return persistent_id
 
     def add_output(self, kind: str, df: DataFrame | FeedsOutputs, path: str, name: str | None,
                    key: list[str] | None, **options: Any) -> Output:
@@ -151,7 +196,8 @@ class Pipeline:
 
     def trackers(self, snapshots: Storage, dead_letter: Backend, index_compact_after: int) -> dict[str, Tracker]:
         """How each source takes part in its queries' commits."""
-        return {pid: FileTracker(snapshots, pid, index_compact_after, dead_letter) for pid in self.sources}
+        return {pid: PlanTracker(snapshots, pid, self.tables[pid].table) if pid in self.tables
+                else FileTracker(snapshots, pid, index_compact_after, dead_letter) for pid in self.sources}
 
     def _output_names(self) -> set[str]:
         return {o.name for q in self.queries.values() for o in q.sink.outputs()}

@@ -194,12 +194,13 @@ class Workspace:
         return self.root / "out"
 
     def driver(
-        self, *extra: str, pipeline: str = "two_outputs.py", env: dict[str, str] | None = None
+        self, *extra: str, pipeline: str = "two_outputs.py", env: dict[str, str] | None = None,
+        input: str | None = None,
     ) -> Driver:
         args = [
             str(PIPELINES / pipeline),
             "--input",
-            str(self.inputs),
+            input or str(self.inputs),
             "--out-dir",
             str(self.out),
             "--state",
