@@ -19,6 +19,7 @@ Three parts, each on its side of Spark:
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 import threading
@@ -152,12 +153,15 @@ class DeltaTableRef:
 
 
 def describe_table(spark: SparkSession, table: DeltaTableRef) -> StructType:
-    """The table's schema, after checking that it can be backfilled (keys, change data feed)."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, table.uri):
-        raise BackfillError(f"no Delta table at {table.location.root}")
-    schema = spark.read.format("delta").load(table.uri).schema
+    """The table's schema, after checking that it can be backfilled (keys, change data feed).
+    One snapshot of the table's log gives both, its metadata: no Spark job (a new driver's
+    DeltaLog is created here, so its snapshot is the newest)."""
+    table.latest_version()  # raises, naming the location, where there is no table
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table.uri).unsafeVolatileSnapshot()
+    metadata = snapshot.metadata()
+    schema = StructType.fromJson(json.loads(metadata.schemaString()))
     missing = [k for k in table.key if k not in schema.names]
     if missing:
         raise BackfillError(f"the key columns {missing} are not columns of the table at {table.location.root} "
@@ -165,8 +169,9 @@ def describe_table(spark: SparkSession, table: DeltaTableRef) -> StructType:
     if DIFF in schema.names:
         raise BackfillError(f"the table at {table.location.root} has a column {DIFF!r}, which the changelog "
                             "it is read as reserves")
-    properties = DeltaTable.forPath(spark, table.uri).detail().collect()[0]["properties"] or {}
-    if str(properties.get("delta.enableChangeDataFeed", "false")).lower() != "true":
+    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration())
+    change_data_feed = configuration.get("delta.enableChangeDataFeed")
+    if str(change_data_feed).lower() != "true":
         raise BackfillError(
             f"the table at {table.location.root} does not record its changes: enable its change data feed with "
             f"ALTER TABLE delta.`{table.uri}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
@@ -195,7 +200,9 @@ class DeltaTableView:
         return self._table.latest_version(self._storage)
 
     def changes(self, after: int, through: int, position: Position) -> Changes[pa.Table]:
-        feed = self._read(readChangeFeed="true", startingVersion=str(after + 1), endingVersion=str(through))
+        # Delta's options are case-insensitive; lower case spares Spark's warning about keys
+        # that it sees twice (as given and lower-cased).
+        feed = self._read(readchangefeed="true", startingversion=str(after + 1), endingversion=str(through))
         change = F.col("_change_type")
         rows = feed.where(change.isin("insert", "delete", "update_preimage", "update_postimage")).select(
             *[F.col(f"`{c}`") for c in self._columns],
@@ -211,7 +218,7 @@ class DeltaTableView:
         return Changes(forwarded, forwarded.num_rows, beyond)
 
     def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
-        rows = self._read(versionAsOf=str(version))
+        rows = self._read(versionasof=str(version))
         if position.key is not None:
             rows = rows.where(self._after(position))
         keys = [F.col(f"`{k}`") for k in self._table.key]
@@ -223,7 +230,7 @@ class DeltaTableView:
         return Chunk(self._conform(table.drop_columns(["_position"])), table.num_rows, last)
 
     def count(self, version: int, position: Position) -> int:
-        rows = self._read(versionAsOf=str(version))
+        rows = self._read(versionasof=str(version))
         return rows.where(self._after(position)).count() if position.key is not None else rows.count()
 
     def concat(self, parts: Sequence[pa.Table]) -> pa.Table:

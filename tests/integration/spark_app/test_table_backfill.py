@@ -116,11 +116,14 @@ def test_a_reader_killed_during_its_backfill_ends_with_exactly_the_table(
     changer.start()
     kills = 0
     while not done.is_set() or kills < MIN_KILLS:
-        time.sleep(chance.uniform(1.0, 5.0))
+        # Each driver commits a batch first (so that every kill lands mid-stream, after
+        # progress), then dies at a random moment: mid-batch, between output and commit,
+        # or while its planner writes a plan.
+        driver.wait_for_log("query accounts_jsonlines: committed batch")
+        time.sleep(chance.uniform(0.0, 3.0))
         driver.kill()
         kills += 1
         driver = reader()
-        driver.wait_for_log("pipeline running")
     changer.join()
     assert not errors, errors
     driver.kill()
@@ -151,7 +154,7 @@ def test_a_paused_backfill_reads_nothing_until_its_rate_is_raised_while_the_read
         driver.wait_for_log("backfill accounts: rate limit changed from unlimited to 0 rows/s")
         driver.wait_for_log("backfill accounts: plan 1 at version 0: 0 changes, 0 rows read")
         table.change({5: 1}, {7})  # nothing is read yet: neither change is forwarded
-        driver.wait_for_log("query accounts: committed batch 1 ")
+        driver.wait_for_log("query accounts_jsonlines: committed batch 1 ")
         assert read_changelog(workspace.out / "accounts.jsonlines") == []
         set_rate(300)
         driver.wait_for_log("rate limit changed from 0 to 300 rows/s")
