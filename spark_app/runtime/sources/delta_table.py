@@ -200,9 +200,7 @@ class DeltaTableView:
         return self._table.latest_version(self._storage)
 
     def changes(self, after: int, through: int, position: Position) -> Changes[pa.Table]:
-        # Delta's options are case-insensitive; lower case spares Spark's warning about keys
-        # that it sees twice (as given and lower-cased).
-        feed = self._read(readchangefeed="true", startingversion=str(after + 1), endingversion=str(through))
+        feed = self._read(readChangeFeed="true", startingVersion=str(after + 1), endingVersion=str(through))
         change = F.col("_change_type")
         rows = feed.where(change.isin("insert", "delete", "update_preimage", "update_postimage")).select(
             *[F.col(f"`{c}`") for c in self._columns],
@@ -218,7 +216,7 @@ class DeltaTableView:
         return Changes(forwarded, forwarded.num_rows, beyond)
 
     def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
-        rows = self._read(versionasof=str(version))
+        rows = self._read(versionAsOf=str(version))
         if position.key is not None:
             rows = rows.where(self._after(position))
         keys = [F.col(f"`{k}`") for k in self._table.key]
@@ -230,7 +228,7 @@ class DeltaTableView:
         return Chunk(self._conform(table.drop_columns(["_position"])), table.num_rows, last)
 
     def count(self, version: int, position: Position) -> int:
-        rows = self._read(versionasof=str(version))
+        rows = self._read(versionAsOf=str(version))
         return rows.where(self._after(position)).count() if position.key is not None else rows.count()
 
     def concat(self, parts: Sequence[pa.Table]) -> pa.Table:
