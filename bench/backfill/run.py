@@ -8,13 +8,14 @@ marker's commit to its row in the reader's output.
 
 1. spark_app's backfill, unthrottled: rows/s, and marker latency during the backfill and
    after it (the reader's steady state).
-2. The rate held at three limits, set while the reader runs (its live settings file).
+2. The rate held at three limits (by default a quarter, half and three quarters of the
+   unthrottled rate), each set while the reader runs (its live settings file).
 3. A kill -9 at about half way: rows read again after the restart, and the time to finish
    against the unkilled run.
 4. Delta's own change-data-feed stream on the same table (snapshot as the first batch,
    then the changes): marker latency while it reads its snapshot.
 
-    .venv/bin/python bench/backfill/run.py [--rows 10000000] [--limits 20000,50000,100000]
+    .venv/bin/python bench/backfill/run.py [--rows 10000000] [--limits 0.25,0.5,0.75]
 """
 
 from __future__ import annotations
@@ -273,7 +274,8 @@ def case_limits(upstream: Upstream, folder: Path, chunk_rows: int, limits: list[
 
     set_rate(0)
     reader = ours(folder, "limits", upstream.path, chunk_rows, {"SPARK_APP_LIVE_SETTINGS_FILE": str(live)}).start()
-    drive(upstream, reader, lambda: "pipeline running" in reader.text(), timeout_s=600)
+    # Paused until its first plan (the table's count), so each window measures reading only.
+    drive(upstream, reader, lambda: bool(plans(reader.text())), timeout_s=600)
     held = []
     for rate in limits:
         set_rate(rate)
@@ -359,7 +361,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--chunk-rows", type=int, default=100_000)
-    parser.add_argument("--limits", default="20000,50000,100000")
+    parser.add_argument("--limits", default="0.25,0.5,0.75",
+                        help="rows/s; below 1, fractions of the unthrottled rate measured first")
     parser.add_argument("--window-s", type=float, default=30.0)
     parser.add_argument("--steady-s", type=float, default=30.0)
     options = parser.parse_args()
@@ -372,7 +375,9 @@ def main() -> None:
     created_s = upstream.create()
     progress(f"created in {created_s:.0f}s")
     unthrottled = case_unthrottled(upstream, folder, options.chunk_rows, options.steady_s)
-    limits = case_limits(upstream, folder, options.chunk_rows, [float(x) for x in options.limits.split(",")],
+    rate = unthrottled["rows_per_second"] or 1000
+    asked = [float(x) for x in options.limits.split(",")]
+    limits = case_limits(upstream, folder, options.chunk_rows, [round(x * rate, -2) if x < 1 else x for x in asked],
                          options.window_s)
     killed = case_kill(upstream, folder, options.chunk_rows, unthrottled["seconds_from_start_to_done"])
     native = case_native(upstream, folder, options.steady_s)
