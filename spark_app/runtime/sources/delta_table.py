@@ -33,7 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.types import BinaryType, DataType, IntegerType, StructField, StructType
 
 from spark_app.persistence import Backend
 from spark_app.runtime.sources.backfill import (
@@ -192,8 +192,8 @@ class DeltaTableView:
         self._uri = table.uri
         self._storage = table.location.storage()
         self._columns = [f.name for f in schema.fields]
-        self._key_ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields
-                                  if f.name in table.key)
+        types = {f.name: f.dataType for f in schema.fields}
+        self._key_types = [(k, types[k]) for k in table.key]
         self._arrow_schema = to_arrow_schema(changelog_schema(schema))
 
     def latest_version(self) -> int:
@@ -241,8 +241,23 @@ class DeltaTableView:
             raise _translate(error, self._table, options) from error
 
     def _after(self, position: Position) -> Column:
-        keys = F.struct(*[F.col(f"`{k}`") for k in self._table.key])
-        return keys > F.from_json(F.lit(position.key), self._key_ddl)
+        """Rows whose key sorts after the position, as ``orderBy`` sorts (nulls first).
+        Written as plain comparisons of each column with a literal, lexicographically, so
+        that Delta skips the files whose statistics put them wholly before the position."""
+        assert position.key is not None
+        values = json.loads(position.key)
+        after = F.lit(False)
+        equal_so_far = F.lit(True)
+        for name, kind in self._key_types:
+            column, value = F.col(f"`{name}`"), values.get(name)
+            if value is None:
+                greater, equal = column.isNotNull(), column.isNull()
+            else:
+                literal = _literal(value, kind)
+                greater, equal = column > literal, column == literal
+            after = after | (equal_so_far & greater)
+            equal_so_far = equal_so_far & equal
+        return after
 
     def _arrow(self, df: DataFrame) -> pa.Table:
         return self._conform(df.toArrow())
@@ -252,6 +267,13 @@ class DeltaTableView:
 
     def _empty(self) -> pa.Table:
         return self._arrow_schema.empty_table()
+
+
+def _literal(value: Any, kind: DataType) -> Column:
+    """A key's value as Spark's to_json wrote it, back as a literal of its type."""
+    if isinstance(kind, BinaryType):
+        return F.unbase64(F.lit(value))
+    return F.lit(value).cast(kind)
 
 
 def _translate(error: Exception, table: DeltaTableRef, options: Mapping[str, str]) -> Exception:
