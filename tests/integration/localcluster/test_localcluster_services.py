@@ -18,7 +18,7 @@ from tests.support.kafka import free_ports
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SERVER = """
 import socket
