@@ -253,8 +253,10 @@ class DeltaTableView:
             if value is None:
                 greater, equal = column.isNotNull(), column.isNull()
             else:
+                # A null key sorts first: it is neither after nor equal to a value (and the
+                # test must never be null, or "not after" would drop the row too).
                 literal = _literal(value, kind)
-                greater, equal = column > literal, column == literal
+                greater, equal = column.isNotNull() & (column > literal), column.eqNullSafe(literal)
             after = after | (equal_so_far & greater)
             equal_so_far = equal_so_far & equal
         return after
