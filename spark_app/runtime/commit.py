@@ -191,23 +191,32 @@ class BatchHandler:
 
 
 def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) -> dict[str, Any]:
-    """Spark's offset lines named by the persistent ids of ``sources``, in the same order.
-    A source that has no offset yet has the line "-". Offsets of our own sources name
-    their source, which must agree."""
-    if len(lines) != len(sources):
-        raise StateDamaged(f"Spark's offset log of {query} has {len(lines)} sources where the query has "
-                           f"{len(sources)} ({', '.join(sources)}): its checkpoint belongs to another query")
-    offsets: dict[str, Any] = {}
-    for pid, line in zip(sources, lines, strict=True):
+    """Spark's offset lines (one per source of the query, "-" for one without an offset
+    yet) named by persistent id. The offsets of spark_app's own sources name their source
+    (a query may hold several relations of one source, e.g. an iterate's: each has a line
+    of its own, all equal). A JVM source's offset (Kafka's, Delta's) names nothing: those
+    lines go, in order, to the query's sources that no line named."""
+    named: dict[str, Any] = {}
+    unnamed: list[str] = []
+    for line in lines:
         if not line or line == "-":
             continue
         offset = json.loads(line)
-        named = offset.get("source") if isinstance(offset, dict) else None
-        if named is not None and named != pid:
-            raise StateDamaged(f"Spark's offset log of {query} has the offset of source {named!r} where the "
-                               f"query reads {pid!r}: its checkpoint belongs to another query")
-        offsets[pid] = offset
-    return offsets
+        source = offset.get("source") if isinstance(offset, dict) else None
+        if isinstance(source, str):
+            if source not in sources:
+                raise StateDamaged(f"Spark's offset log of {query} has the offset of source {source!r}, which the "
+                                   f"query does not read ({', '.join(sources)}): its checkpoint belongs to another "
+                                   "query")
+            named[source] = offset
+        else:
+            unnamed.append(line)
+    others = [pid for pid in sources if pid not in named]
+    if len(unnamed) > len(others):
+        raise StateDamaged(f"Spark's offset log of {query} has {len(unnamed)} offsets of sources that do not name "
+                           f"themselves, where the query has {len(others)} ({', '.join(others) or 'none'}): its "
+                           "checkpoint belongs to another query")
+    return {**named, **{pid: json.loads(line) for pid, line in zip(others, unnamed, strict=False)}}
 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:

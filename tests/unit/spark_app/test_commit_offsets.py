@@ -13,11 +13,17 @@ def test_offsets_are_named_by_the_position_of_their_source():
     assert offsets == {"words": {"source": "words", "files": 3}, "orders": {"orders": {"0": 42, "1": 7}}}
 
 
-def test_an_offset_naming_another_source_is_refused():
-    with pytest.raises(StateDamaged, match="offset of source 'b' where the query reads 'a'"):
-        offsets_by_source("q", ("a", "b"), [json.dumps({"source": "b", "files": 1}), "-"])
+def test_several_relations_of_one_source_give_one_offset():
+    line = json.dumps({"source": "edges", "files": 4})
+    assert offsets_by_source("components", ("edges",), [line, line, line]) == {"edges": {"source": "edges", "files": 4}}
 
 
-def test_a_checkpoint_of_another_shape_is_refused():
-    with pytest.raises(StateDamaged, match="has 1 sources where the query has 2"):
-        offsets_by_source("q", ("a", "b"), [json.dumps({"source": "a", "files": 1})])
+def test_an_offset_naming_a_source_the_query_does_not_read_is_refused():
+    with pytest.raises(StateDamaged, match="offset of source 'c', which the query does not read"):
+        offsets_by_source("q", ("a", "b"), [json.dumps({"source": "c", "files": 1}), "-"])
+
+
+def test_more_offsets_without_a_name_than_such_sources_is_refused():
+    with pytest.raises(StateDamaged, match="2 offsets of sources that do not name themselves, where the query has 1"):
+        offsets_by_source("q", ("a", "b"), [json.dumps({"source": "a", "files": 1}), json.dumps({"t": {"0": 1}}),
+                                            json.dumps({"u": {"0": 1}})])
