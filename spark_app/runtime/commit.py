@@ -126,7 +126,7 @@ class BatchHandler:
         crash_point(AFTER_OUTPUT, batch_id)
         new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {json.dumps(o, sort_keys=True)}" for pid, o in offsets.items()))
+                 ", ".join(f"{pid}: {self._trackers[pid].describe(o)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,

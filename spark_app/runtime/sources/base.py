@@ -18,3 +18,6 @@ class Tracker(Protocol):
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         """The source's counters in the commit of a batch read from ``start`` to ``end``
         (what it set aside, how far it got), from those of the commit before."""
+
+    def describe(self, offset: Offset) -> str:
+        """The offset as the driver's log says it after a commit (tests and people read it)."""

@@ -482,6 +482,9 @@ class PlanTracker:
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         return {"plans": _plans(end)}
 
+    def describe(self, offset: Offset) -> str:
+        return f"{_plans(offset)} plans"
+
 
 def _plans(offset: Offset | None) -> int:
     return int(offset.get("plans", 0)) if offset else 0

@@ -302,6 +302,9 @@ class FileTracker:
             "file_problems": previous.get("file_problems", 0) + set_aside.files,
         }
 
+    def describe(self, offset: Offset) -> str:
+        return f"{_files(offset)} files"
+
 
 def _files(offset: Offset | None) -> int:
     return int(offset.get("files", 0)) if offset else 0
