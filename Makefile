@@ -220,6 +220,10 @@ bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, 
 bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% inserts, 0.1% deletes.
 	$(PY) bench/iterate/run.py $(BENCH_ARGS)
 
+.PHONY: bench-backfill
+bench-backfill: setup ## A reader backfilling a 10M-row Delta table that keeps changing: rows/s, rate limits, live-change latency vs Delta's own stream, a kill half way.
+	$(PY) bench/backfill/run.py $(BENCH_ARGS)
+
 .PHONY: bench-iterate-storage
 bench-iterate-storage: setup ## What an iterate stores over 200 small batches (bounded by its state, not its history).
 	$(PY) bench/iterate/storage.py $(BENCH_ARGS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -34,11 +35,9 @@ from spark_app.faults import (
     IN_RECOVERY,
     crash_point,
 )
-from spark_app.persistence import Backend
 from spark_app.runtime.pipeline import QuerySpec
 from spark_app.runtime.sinks.base import Batch, OutputContext, Written
-from spark_app.runtime.sources.files import count_dead_letters
-from spark_app.state.file_index import FileIndex
+from spark_app.runtime.sources.base import Tracker
 from spark_app.state.records import QueryHead
 from spark_app.state.session import StateSession
 from spark_app.state.tables import LookupPosition
@@ -61,9 +60,6 @@ class Committer(Protocol):
     @property
     def snapshot_interval_s(self) -> float: ...
 
-    @property
-    def index_compact_after(self) -> int: ...
-
     def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None: ...
 
     def tables_committed(self, name: str, head: QueryHead) -> None:
@@ -79,14 +75,12 @@ class BatchHandler:
     """Spark's foreachBatch callback for one query: the per-batch commit protocol."""
 
     def __init__(self, name: str, spec: QuerySpec, driver: Committer, snapshots: Storage,
-                 dead_letter: Backend) -> None:
+                 trackers: Mapping[str, Tracker]) -> None:
         self._name = name
         self._spec = spec
         self._driver = driver
         self._snapshots = snapshots
-        self._dead_letter = dead_letter
-        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after)
-                         for pid in spec.sources if pid not in spec.tables}
+        self._trackers = {pid: trackers[pid] for pid in spec.sources}
         self._last_commit = 0.0
         self._last_snapshot = time.monotonic()
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
@@ -109,12 +103,8 @@ class BatchHandler:
 
     def caught_up(self) -> bool:
         head = self._driver.session.heads.get(self._name)
-        for pid, index in self._indexes.items():
-            index.reload()
-            done = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            if done < len(index):
-                return False
-        return True
+        return all(tracker.caught_up(head.offsets.get(pid) if head else None)
+                   for pid, tracker in self._trackers.items())
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         try:
@@ -145,7 +135,7 @@ class BatchHandler:
         crash_point(AFTER_OUTPUT, batch_id)
         new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {_describe_offset(o)}" for pid, o in offsets.items()))
+                 ", ".join(f"{pid}: {self._describe(pid, o)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
@@ -171,6 +161,13 @@ class BatchHandler:
         if kind == "commit" and self._spec.tables:
             self._driver.tables_committed(self._name, new_head)
         return new_head
+
+    def _describe(self, pid: str, offset: Any) -> str:
+        tracker = self._trackers.get(pid)
+        if tracker is not None:
+            return tracker.describe(offset)
+        position = LookupPosition.from_offset(offset)
+        return f"looked up version {position.version}" if position else json.dumps(offset, sort_keys=True)[:200]
 
     def _lookup_positions(self) -> dict[str, Any]:
         """The version of each shared table this batch looked up, as its commit records it."""
@@ -206,52 +203,53 @@ class BatchHandler:
             output.snapshot_committed(previous, self._snapshots)
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
+        """The batch's time and its sources' end offsets, from Spark's offset log: one line
+        per source, in the order Spark numbers the query's sources (``spec.sources``)."""
         key = join("checkpoints", self._name, "offsets", str(batch_id))
         try:
             lines = self._snapshots.read(key).decode().splitlines()
         except NotFound:
             raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}") from None
         metadata = json.loads(lines[1])
-        offsets = {}
-        # One line per source, in the order of the query's sources (spec.sources); our file
-        # sources name themselves, a JVM source (a shared table's Delta changelog) is known
-        # by its place.
-        for number, line in enumerate(lines[2:]):
-            if line and line != "-":
-                offset = json.loads(line)
-                pid = offset.get("source") or (self._spec.sources[number] if number < len(self._spec.sources) else None)
-                if pid is None:
-                    raise StateDamaged(f"Spark's offset log of {self._name} has a source at position {number} that "
-                                       f"the query does not declare: {line[:200]}")
-                offsets[pid] = offset
-        return int(metadata.get("batchTimestampMs", 0)), offsets
+        return int(metadata.get("batchTimestampMs", 0)), offsets_by_source(self._name, self._spec.sources, lines[2:])
 
     def _counters(self, head: QueryHead | None, offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
         counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
         for pid, offset in offsets.items():
-            if "files" not in offset:
-                continue  # not a file source: nothing is set aside
-            start = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            end = int(offset["files"])
-            previous = counters.get(pid, {})
-            files = self._indexes[pid].files(start, end) if pid in self._indexes and end > start else []
-            set_aside = count_dead_letters(self._dead_letter, pid, files)
-            counters[pid] = {
-                "files": end,
-                "malformed": previous.get("malformed", 0) + set_aside.rows,
-                "file_problems": previous.get("file_problems", 0) + set_aside.files,
-            }
+            if pid not in self._trackers:
+                continue  # a lookup's version: not a stream's position
+            start = head.offsets.get(pid) if head else None
+            counters[pid] = self._trackers[pid].counters(counters.get(pid, {}), start, offset)
         return counters
 
 
-def _describe_offset(offset: dict[str, Any]) -> str:
-    if "files" in offset:
-        return f"{offset['files']} files"
-    if "table_version" in offset:
-        return f"looked up version {offset['table_version']}"
-    if "reservoirVersion" in offset:
-        return f"at version {offset['reservoirVersion']}"
-    return json.dumps(offset, sort_keys=True)[:200]
+def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) -> dict[str, Any]:
+    """Spark's offset lines (one per source of the query, "-" for one without an offset
+    yet) named by persistent id. The offsets of spark_app's own sources name their source
+    (a query may hold several relations of one source, e.g. an iterate's: each has a line
+    of its own, all equal). A JVM source's offset (Kafka's, Delta's) names nothing: those
+    lines go, in order, to the query's sources that no line named."""
+    named: dict[str, Any] = {}
+    unnamed: list[str] = []
+    for line in lines:
+        if not line or line == "-":
+            continue
+        offset = json.loads(line)
+        source = offset.get("source") if isinstance(offset, dict) else None
+        if isinstance(source, str):
+            if source not in sources:
+                raise StateDamaged(f"Spark's offset log of {query} has the offset of source {source!r}, which the "
+                                   f"query does not read ({', '.join(sources)}): its checkpoint belongs to another "
+                                   "query")
+            named[source] = offset
+        else:
+            unnamed.append(line)
+    others = [pid for pid in sources if pid not in named]
+    if len(unnamed) > len(others):
+        raise StateDamaged(f"Spark's offset log of {query} has {len(unnamed)} offsets of sources that do not name "
+                           f"themselves, where the query has {len(others)} ({', '.join(others) or 'none'}): its "
+                           "checkpoint belongs to another query")
+    return {**named, **{pid: json.loads(line) for pid, line in zip(others, unnamed, strict=False)}}
 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:

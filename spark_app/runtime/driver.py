@@ -10,6 +10,7 @@ driver. A driver superseded by a higher epoch stops without committing (Fenced).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -31,6 +32,14 @@ from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
 from spark_app.runtime.sinks.base import OutputDamaged
+from spark_app.runtime.sources.backfill import TableRewound
+from spark_app.runtime.sources.delta_table import (
+    BackfillError,
+    DeltaTableView,
+    LiveRate,
+    Planner,
+    PlanStore,
+)
 from spark_app.runtime.sources.files import SourceOrderChanged
 from spark_app.runtime.tables.readers import Readers, TableMissing
 from spark_app.state.file_index import IndexCorrupted
@@ -47,7 +56,7 @@ from spark_app.state.session import (
     StateSession,
 )
 from spark_app.state.tables import HoldBroken, TableError
-from spark_app.storage import RetryPolicy, StorageMisconfigured, StorageUnavailable
+from spark_app.storage import RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable
 
 log = logging.getLogger("spark_app")
 
@@ -66,6 +75,8 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (LeaseDamaged, contract.EXIT_MISCONFIGURED),
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
     (StateDamaged, contract.EXIT_MISCONFIGURED),
+    (BackfillError, contract.EXIT_MISCONFIGURED),
+    (TableRewound, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
     (HoldBroken, contract.EXIT_TABLE_VERSIONS_GONE),
     (TableMissing, contract.EXIT_MISCONFIGURED),
@@ -105,6 +116,7 @@ class Driver:
         self._session: StateSession | None = None
         self._reporter: PodReporter | None = None
         self._readers: Readers | None = None
+        self._planners: list[Planner] = []
         self._state = "starting"
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -146,8 +158,8 @@ class Driver:
                                           requested_epoch=config.epoch, owner=config.pipeline,
                                           log_retained=config.log_retained)
         self.report()
-        if self._pipeline.tables:
-            self._readers = Readers(self._pipeline.tables, config.pipeline, self._session.state_id,
+        if self._pipeline.shared:
+            self._readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
                                     self._reset_hint(metadata.root_uri))
             self._readers.open(self._session.heads)
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
@@ -157,8 +169,10 @@ class Driver:
         dead_letter = Backend.from_uri(config.dead_letter_uri or self._pipeline.default_dead_letter(), options=s3)
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
                                      {**config.source_limits, "index_compact_after": config.index_compact_after})
+        trackers = self._pipeline.trackers(snapshots, dead_letter, config.index_compact_after)
+        self._start_planners(snapshots)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
-            handler = BatchHandler(name, spec, self, snapshots, dead_letter)
+            handler = BatchHandler(name, spec, self, snapshots, trackers)
             self._handlers[name] = handler
             self._start_query(name)
             if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
@@ -167,6 +181,30 @@ class Driver:
         self._state = "running"
         log.info("pipeline running at epoch %d: %s", self._session.epoch, ", ".join(
             f"{o.name} -> {o.path}" for q in self._pipeline.queries.values() for o in q.sink.outputs()))
+
+    def _start_planners(self, snapshots: Storage) -> None:
+        """One planner per table source: it writes the plans the source's queries read."""
+        spark = self._pipeline.spark()
+        live = LiveSettingsFile(self._pipeline.environment.live_settings_file)
+        for pid, source in self._pipeline.tables.items():
+            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema), PlanStore(snapshots, pid),
+                              source.settings, committed=functools.partial(self._plans_committed, pid),
+                              poll_s=self._options.trigger_interval_ms / 1000,
+                              live_rate=functools.partial(live.backfill_rate, pid))
+            planner.start(on_error=self._planner_failed)
+            self._planners.append(planner)
+
+    def _plans_committed(self, pid: str) -> int:
+        heads = self.session.heads
+        return min((int(heads[name].offsets.get(pid, {}).get("plans", 0)) if name in heads else 0
+                    for name, spec in self._pipeline.queries.items() if pid in spec.sources), default=0)
+
+    def _planner_failed(self, error: BaseException) -> None:
+        self._fatal = self._fatal or error
+
+    def _stop_planners(self) -> None:
+        for planner in self._planners:
+            planner.stop()
 
     def _start_query(self, name: str) -> None:
         spec = self._pipeline.queries[name]
@@ -255,6 +293,7 @@ class Driver:
     def _finish(self) -> int:
         log.info("stopping: %s", self._stop_reason)
         self._state = "stopping"
+        self._stop_planners()
         self._stop_queries(self._options.stop_timeout_s)
         if self._fatal is not None:
             raise self._fatal
@@ -283,6 +322,7 @@ class Driver:
             log.exception("pipeline failed")
         else:
             log.error("%s", error)
+        self._stop_planners()
         for query in self._queries.values():
             try:
                 query.stop()
@@ -371,9 +411,14 @@ class Driver:
                 report = output.table_report()
                 if report is not None:
                     tables[output.name] = report
+        backfills = {}
+        for planner in self._planners:
+            shown = planner.progress()
+            if shown is not None:
+                backfills[planner.persistent_id] = contract.BackfillReport(**asdict(shown))
         return contract.DriverReport(state=self._state, epoch=session.epoch if session else None,
                                      stored_epoch=session.previous_epoch if session else None, queries=queries,
-                                     tables=tables)
+                                     backfills=backfills, tables=tables)
 
     # ---- used by the batch handlers ----------------------------------------------------
 
@@ -392,19 +437,46 @@ class Driver:
             self._readers.committed(name, head, self._pipeline.queries[name].tables)
 
     def table_uri(self, persistent_id: str) -> str:
-        return self._pipeline.tables[persistent_id].location.uri
+        return self._pipeline.shared[persistent_id].location.uri
 
     def record_fatal(self, error: BaseException) -> None:
         if exit_code_for(error) != contract.EXIT_FAILED:
             self._fatal = self._fatal or error
 
     @property
-    def index_compact_after(self) -> int:
-        return self._config.index_compact_after
-
-    @property
     def snapshot_interval_s(self) -> float:
         return self._config.snapshot_interval_ms / 1000
+
+
+class LiveSettingsFile:
+    """The settings the operator changes while the driver runs (contract.LIVE_SETTINGS_FILE),
+    read again when the file changes. A file that cannot be parsed keeps the last good
+    settings, with one warning."""
+
+    def __init__(self, path: str | None) -> None:
+        self._path = path
+        self._seen: tuple[float, int] | None = None
+        self._settings = contract.LiveSettings()
+
+    def backfill_rate(self, pid: str) -> LiveRate | None:
+        rates = self._read().backfill_rates
+        return LiveRate(rates[pid]) if pid in rates else None
+
+    def _read(self) -> contract.LiveSettings:
+        if self._path is None:
+            return self._settings
+        try:
+            stat = os.stat(self._path)
+        except OSError:
+            return self._settings
+        if self._seen != (stat.st_mtime, stat.st_size):
+            self._seen = (stat.st_mtime, stat.st_size)
+            try:
+                with open(self._path) as handle:
+                    self._settings = contract.LiveSettings.from_json(handle.read())
+            except (OSError, contract.ContractError) as error:
+                log.warning("ignoring the live settings in %s: %s", self._path, error)
+        return self._settings
 
 
 @dataclass

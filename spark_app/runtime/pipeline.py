@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
@@ -29,8 +30,19 @@ from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
 from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
-from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, input_option
-from spark_app.runtime.tables.changelog import DIFF, ChangelogSource
+from spark_app.runtime.sources.base import Tracker
+from spark_app.runtime.sources.delta_table import FORMAT_NAME as PLANS_FORMAT
+from spark_app.runtime.sources.delta_table import (
+    BackfillError,
+    BackfillSettings,
+    DeltaTableRef,
+    PlanSource,
+    PlanTracker,
+    changelog_schema,
+    describe_table,
+)
+from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
+from spark_app.runtime.tables.changelog import DIFF, ChangelogSource, ChangelogTracker
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.runtime.tables.lookup import lookups_in
 from spark_app.runtime.tables.publish import PublishOptions, TableOutput
@@ -38,6 +50,7 @@ from spark_app.runtime.tables.readers import TableInput
 from spark_app.state.delta_log import TableLog
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
 from spark_app.state.tables import CHANGELOG, LOOKUP, TABLES, TableError, TableRef, check_table_name
+from spark_app.storage import Storage
 
 log = logging.getLogger("spark_app")
 
@@ -57,6 +70,14 @@ class SourceSpec:
     input: Backend
     schema: str
     generated_id: bool
+
+
+@dataclass(frozen=True)
+class TableSource:
+    table: DeltaTableRef
+    settings: BackfillSettings
+    schema: StructType
+    """The table's columns (the source's are these and diff)."""
 
 
 @dataclass
@@ -80,7 +101,9 @@ class Pipeline:
         """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
         self.queries: dict[str, QuerySpec] = {}
-        self.tables: dict[str, TableInput] = {}
+        self.tables: dict[str, TableSource] = {}
+        """The sources that read a Delta table (by persistent id), backfilled by a planner."""
+        self.shared: dict[str, TableInput] = {}
         """The shared tables it reads, by persistent id."""
         self._spark: SparkSession | None = None
         self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
@@ -92,23 +115,15 @@ class Pipeline:
         if self._spark is None:
             self._spark = build_session(self._initial_conf(), self.environment.spark_log_level)
             self._spark.dataSource.register(FileSource)
+            self._spark.dataSource.register(PlanSource)
         return self._spark
 
     def add_source(self, fmt: str, path: str, schema: str, persistent_id: str | None,
                    options: dict[str, str]) -> DataFrame:
         spark = self.spark()
         generated = persistent_id is None
-        if persistent_id is None:
-            self._generated += 1
-            persistent_id = f"{fmt}_{self._generated}"
-            warnings.warn(
-                f"source {path!r} has no persistent_id, so it was named {persistent_id!r} after the order "
-                "of creation; adding, removing or reordering sources will break its state. "
-                "Pass persistent_id='...' to keep it stable.",
-                stacklevel=3,
-            )
-        self._check_persistent_id(persistent_id)
-        if persistent_id in self.tables:
+        persistent_id = self._source_id(fmt, path, persistent_id)
+        if persistent_id in self.shared:
             raise PipelineError(f"persistent_id {persistent_id!r} is used by a table input; give each its own")
         backend = Backend.from_uri(path, options=self.environment.s3)
         reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
@@ -132,7 +147,7 @@ class Pipeline:
         df = ChangelogSource(self.spark(), where.uri, persistent_id, max_files_per_trigger=max_files_per_trigger,
                              with_version=with_version).stream()
         self.sources[persistent_id] = SourceSpec(persistent_id, "table", where.folder, df.schema.simpleString(), False)
-        self.tables[persistent_id] = TableInput(persistent_id, CHANGELOG, where)
+        self.shared[persistent_id] = TableInput(persistent_id, CHANGELOG, where)
         return df
 
     def add_table_lookup(self, table: str, persistent_id: str, location: str | None) -> DataFrame:
@@ -141,12 +156,12 @@ class Pipeline:
         where = self._table_input(table, persistent_id, location, LOOKUP)
         self._table_schema(where)
         df = self.spark().read.format("delta").load(where.uri)
-        self.tables[persistent_id] = TableInput(persistent_id, LOOKUP, where)
+        self.shared[persistent_id] = TableInput(persistent_id, LOOKUP, where)
         return df
 
     def _table_input(self, table: str, persistent_id: str, location: str | None, kind: str) -> TableLocation:
-        self._check_persistent_id(persistent_id)
-        if persistent_id in self.tables:
+        self._source_id("table", table, persistent_id)
+        if persistent_id in self.shared:
             raise PipelineError(f"persistent_id {persistent_id!r} is used by two table inputs; give each its own")
         namespace = self.environment.pod_namespace or (self.environment.injected.pipeline.partition("/")[0]
                                                         if self.environment.injected else "") or "local"
@@ -186,11 +201,40 @@ class Pipeline:
         output = self.add_output("table", df, name, name, key, options=options)
         return output
 
-    def _check_persistent_id(self, persistent_id: str) -> None:
+    def add_table_source(self, path: str, key: tuple[str, ...], persistent_id: str | None,
+                         settings: BackfillSettings) -> DataFrame:
+        """A keyed Delta table read as a changelog: backfilled in key order, then its changes."""
+        spark = self.spark()
+        generated = persistent_id is None
+        persistent_id = self._source_id("delta", path, persistent_id)
+        table = DeltaTableRef(Backend.from_uri(path, options=self.environment.s3), key)
+        try:
+            schema = describe_table(spark, table)
+        except BackfillError as error:
+            raise PipelineError(f"source {persistent_id!r}: {error}") from None
+        df = (spark.readStream.format(PLANS_FORMAT).schema(changelog_schema(schema))
+              .option("persistent_id", persistent_id).option("context", self.context_path)
+              .option("max_plans_per_trigger", str(settings.max_plans_per_trigger)).load())
+        self.sources[persistent_id] = SourceSpec(persistent_id, "delta", table.location, df.schema.simpleString(),
+                                                 generated)
+        self.tables[persistent_id] = TableSource(table, settings, schema)
+        return df
+
+    def _source_id(self, fmt: str, path: str, persistent_id: str | None) -> str:
+        if persistent_id is None:
+            self._generated += 1
+            persistent_id = f"{fmt}_{self._generated}"
+            warnings.warn(
+                f"source {path!r} has no persistent_id, so it was named {persistent_id!r} after the order "
+                "of creation; adding, removing or reordering sources will break its state. "
+                "Pass persistent_id='...' to keep it stable.",
+                stacklevel=4,
+            )
         if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
             raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
         if persistent_id in self.sources:
             raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        return persistent_id
 
     def add_output(self, kind: str, df: DataFrame | FeedsOutputs, path: str, name: str | None,
                    key: list[str] | None, **options: Any) -> Output:
@@ -227,9 +271,9 @@ class Pipeline:
             output = TableOutput(name, key or [], df.schema, options["options"])
         else:
             output = DeltaOutput(name, path, facts.key, **options)
-        lookups = lookups_in(df, {pid: t.location.uri for pid, t in self.tables.items() if t.kind == LOOKUP})
+        lookups = lookups_in(df, {pid: t.location.uri for pid, t in self.shared.items() if t.kind == LOOKUP})
         sources = source_ids(df)
-        tables = tuple(pid for pid in (*sources, *lookups) if pid in self.tables)
+        tables = tuple(pid for pid in (*sources, *lookups) if pid in self.shared)
         self.queries[name] = QuerySpec(SingleSink(output), df, facts, sources, tables, lookups)
         return output
 
@@ -238,6 +282,18 @@ class Pipeline:
         if name in self.queries or name in self._output_names():
             raise PipelineError(f"persistent_id {name!r} is already used; give the {query.sink.kind} its own")
         self.queries[name] = query
+
+    def trackers(self, snapshots: Storage, dead_letter: Backend, index_compact_after: int) -> dict[str, Tracker]:
+        """How each source takes part in its queries' commits."""
+        trackers: dict[str, Tracker] = {}
+        for pid in self.sources:
+            if pid in self.tables:
+                trackers[pid] = PlanTracker(snapshots, pid, self.tables[pid].table)
+            elif pid in self.shared:
+                trackers[pid] = ChangelogTracker(self.shared[pid].location.storage)
+            else:
+                trackers[pid] = FileTracker(snapshots, pid, index_compact_after, dead_letter)
+        return trackers
 
     def _output_names(self) -> set[str]:
         return {o.name for q in self.queries.values() for o in q.sink.outputs()}

@@ -11,18 +11,24 @@ and the reader's hold follows them (spark_app.runtime.tables.readers).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
-from spark_app.state.tables import CHANGE_DIFFS
+from spark_app.runtime.sources.base import Offset
+from spark_app.state.delta_log import TableLog
+from spark_app.state.tables import CHANGE_DIFFS, ChangelogPosition
+from spark_app.storage import Storage
 
 PERSISTENT_ID_OPTION = "spark_app_persistent_id"
 """Names the input in the query's plan (spark_app.runtime.pipeline.source_ids); Delta ignores it."""
 CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
 DIFF = "diff"
+END_INDEX = 2**63 - 1 - 100
+"""Delta's DeltaSourceOffset.END_INDEX: the offset's index once a version is wholly read."""
 
 
 class SnapshotPhase(Protocol):
@@ -58,6 +64,32 @@ class ChangelogSource:
         if self._max_files:
             reader = reader.option("maxFilesPerTrigger", str(self._max_files))
         return as_changelog(self.snapshot.configure(reader).load(self.uri), self._with_version)
+
+
+class ChangelogTracker:
+    """A changelog input as its query's commit sees it (spark_app.runtime.sources.base.Tracker)."""
+
+    def __init__(self, table: Storage) -> None:
+        self._log = TableLog(table)
+
+    def caught_up(self, committed: Offset | None) -> bool:
+        """Caught up once its committed position is past the table's latest version: Delta's
+        offset after the last file of a version is that version at END_INDEX."""
+        latest = self._log.latest()
+        if latest is None:
+            return True
+        if committed is None:
+            return False
+        position = ChangelogPosition.from_offset(dict(committed))
+        return position.version > latest or (position.version == latest and position.index >= END_INDEX)
+
+    def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
+        """The version the reader has reached (nothing is set aside)."""
+        return {"version": ChangelogPosition.from_offset(dict(end)).version}
+
+    def describe(self, offset: Offset) -> str:
+        position = ChangelogPosition.from_offset(dict(offset))
+        return f"{'snapshot of ' if position.snapshot else ''}version {position.version}"
 
 
 def diff_column() -> Column:
