@@ -75,8 +75,10 @@ def spark_conf(spec: PipelineSpec, epoch: int) -> dict[str, str]:
     return conf
 
 
-def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> InjectedConfig:
-    """What the driver reads with spark_app.persistence.Config.from_env()."""
+def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str,
+                    tables: tuple[contract.TableInput, ...] = ()) -> InjectedConfig:
+    """What the driver reads with spark_app.persistence.Config.from_env(); ``tables``: the
+    shared tables it reads, as pipeline_operator.policy.resolve_inputs found them."""
     backend = spec.persistence.backend
     s3 = backend if isinstance(backend, S3Backend) else None
     return InjectedConfig(
@@ -91,10 +93,13 @@ def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> Injec
         outage_budget_seconds=spec.persistence.outage_budget_seconds,
         max_files_per_trigger=spec.application.max_files_per_trigger,
         max_bytes_per_trigger=spec.application.max_bytes_per_trigger,
+        table_inputs=tables,
+        tables={t.name: contract.TableSettings(max_hold_age_seconds=t.max_hold_age_seconds) for t in spec.tables},
     )
 
 
-def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDict) -> JsonDict:
+def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDict,
+               tables: tuple[contract.TableInput, ...] = ()) -> JsonDict:
     """The driver pod of one epoch. restartPolicy Never: the operator, not the kubelet,
     decides on relaunches, each with a new epoch."""
     app = spec.application
@@ -108,7 +113,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         *podsecurity.scratch_env(),
         *(dict(var) for var in spec.driver.env),
         *({"name": k, "value": v}
-          for k, v in injected_config(spec, epoch=epoch, state_root=state_root).to_env().items()),
+          for k, v in injected_config(spec, epoch=epoch, state_root=state_root, tables=tables).to_env().items()),
     ]
     if spec.execution.mode == "Kubernetes":
         env.append({"name": contract.EXECUTOR_POD_TEMPLATE,

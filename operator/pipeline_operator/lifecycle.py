@@ -28,6 +28,7 @@ from pipeline_operator.memory import (
     Memory,
     Restart,
     bounded_queries,
+    bounded_tables,
     truncate,
 )
 from pipeline_operator.observe import DriverPod, format_time
@@ -64,6 +65,9 @@ class Observed:
     problems: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     """Prerequisites (Secret, claim, service account) not found; looked up only when no driver runs."""
+    waiting: tuple[str, ...] = ()
+    """Shared tables of spec.inputs that cannot be read yet (absent, not granted, no version);
+    looked up only when no driver runs."""
     root_taken_by: str = ""
     """Another PersistentPipeline whose state root is this one's, or holds or lies inside it
     (its namespace/name); looked up only when no driver runs."""
@@ -296,6 +300,12 @@ def _no_driver(o: Observed, spec: PipelineSpec, m: Memory, t: Tunables) -> Decis
         events = () if m.announced_problem == problem else (_warning("InvalidSpec", problem),)
         return _step(o, replace(m, announced_problem=problem), "Invalid", f"cannot launch the driver: {problem}",
                      events=events, requeue=t.recheck_seconds)
+    if o.waiting:
+        problem = truncate("; ".join(o.waiting))
+        events = () if m.announced_problem == problem else (_normal("WaitingForTable", problem),)
+        return _step(o, replace(m, announced_problem=problem), "Pending", f"waiting for shared tables: {problem}",
+                     events=events, requeue=t.recheck_seconds,
+                     progressing=Condition("Progressing", "False", "WaitingForTable", problem))
     failure = m.last_failure if m.last_failure and m.next_launch_reason == m.last_failure.reason else None
     fixed = failure is not None and failure.generation != o.generation  # a spec change cuts the backoff
     if m.next_launch_at is not None and o.now < m.next_launch_at and not fixed:
@@ -406,6 +416,8 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
         last = report.last_commit_ms  # type: ignore[union-attr]
         m = replace(m, checkpoint=Checkpoint(time=last / 1000 if last else None, epoch=d.epoch,
                                              queries=bounded_queries(report.queries)))  # type: ignore[union-attr]
+    if fresh and report.tables:  # type: ignore[union-attr]
+        m = replace(m, tables=bounded_tables(report.tables))  # type: ignore[union-attr]
     requeue = t.resync_seconds
     if d.started_at is not None and m.consecutive_failures:
         healthy_for = o.now - d.started_at

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline_operator.observe import QueryReport
+from spark_app.contract import TableReport
 
 RECENT_RESTARTS = 5
 MAX_QUERIES = 10
@@ -111,6 +112,32 @@ class Memory:
     degraded: str = ""
     """The reason a running driver is Degraded, if it is."""
     conditions: tuple[Condition, ...] = ()
+    tables: Mapping[str, TableReport] = field(default_factory=dict)
+    """The shared tables the driver publishes, as it last reported them (at most MAX_TABLES,
+    each with at most MAX_HOLDERS holders)."""
+
+
+MAX_TABLES = 20
+MAX_HOLDERS = 20
+
+
+def bounded_tables(tables: Mapping[str, TableReport]) -> dict[str, TableReport]:
+    """At most MAX_TABLES tables, each with its MAX_HOLDERS furthest-behind holders: the
+    status stays bounded however many readers a table has."""
+    return {name: replace(t, holders=tuple(sorted(t.holders, key=lambda h: (-h.behind, h.reader))[:MAX_HOLDERS]))
+            for name, t in sorted(tables.items())[:MAX_TABLES]}
+
+
+def describe_tables(tables: Mapping[str, TableReport]) -> str:
+    """For the printer column: "customers v42 2 readers (1 behind by 3)"."""
+    parts = []
+    for name, t in sorted(tables.items()):
+        behind = [h for h in t.holders if h.behind]
+        text = f"{name} v{t.version if t.version is not None else '-'} {len(t.holders)} readers"
+        if behind:
+            text += f" ({len(behind)} behind by {max(h.behind for h in behind)})"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def bounded_queries(queries: Mapping[str, QueryReport]) -> dict[str, QueryReport]:

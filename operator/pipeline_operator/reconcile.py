@@ -61,18 +61,20 @@ class Reconciler:
             if resource is None:
                 self._metrics.forget(namespace, name)
                 return Outcome(resource=None)
-            observed, spec = self._observe(resource)
+            observed, spec, tables = self._observe(resource)
             decision = next_action(observed, self._tunables)
             self._record(resource, decision)
-            self._act(resource, spec, decision)
+            self._act(resource, spec, decision, tables)
         memory = decision.memory
         self._metrics.pipeline(namespace, name, memory.phase, memory.checkpoint.time if memory.checkpoint else None)
+        self._metrics.tables(namespace, name, memory.tables)
         if decision.restart_reason:
             self._metrics.restarts.labels(namespace, name, decision.restart_reason).inc()
         return Outcome(resource=resource, events=decision.events, requeue_after=decision.requeue_after,
                        released=isinstance(decision.action, Release))
 
-    def _observe(self, resource: Mapping[str, Any]) -> tuple[Observed, PipelineSpec | None]:
+    def _observe(self, resource: Mapping[str, Any]
+                 ) -> tuple[Observed, PipelineSpec | None, tuple[contract.TableInput, ...]]:
         meta = resource["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         deleting = bool(meta.get("deletionTimestamp"))
@@ -93,8 +95,13 @@ class Reconciler:
         memory = status.read_memory(resource.get("status"))
         missing: tuple[str, ...] = ()
         root_taken_by = ""
+        tables: tuple[contract.TableInput, ...] = ()
+        waiting: tuple[str, ...] = ()
         if spec is not None and driver is None and spec.state == "running" and not deleting:
-            missing = self._kube.missing(namespace, prerequisites(spec)) or self._refusal(resource, spec, memory)
+            inputs = self._resolve_inputs(spec)
+            tables, waiting = inputs.tables, inputs.waiting
+            missing = self._kube.missing(namespace, prerequisites(spec)) or (
+                () if waiting else self._refusal(resource, spec, memory, tables))
             others = [p for p in self._kube.list_pipelines(namespace) if p["metadata"].get("uid") != meta["uid"]]
             root_taken_by = policy.root_taken_by(spec, meta.get("creationTimestamp") or "", others)
         cleanup = None
@@ -103,16 +110,25 @@ class Reconciler:
         observed = Observed(
             now=self._clock(), generation=int(meta.get("generation") or 0), uid=meta["uid"], spec=spec,
             memory=memory, driver=driver, problems=problems,
-            missing=missing, root_taken_by=root_taken_by, deleting=deleting, cleanup_phase=cleanup,
+            missing=missing, waiting=waiting, root_taken_by=root_taken_by, deleting=deleting, cleanup_phase=cleanup,
         )
-        return observed, spec
+        return observed, spec, tables
 
-    def _refusal(self, resource: Mapping[str, Any], spec: PipelineSpec, memory: Memory) -> tuple[str, ...]:
+    def _resolve_inputs(self, spec: PipelineSpec) -> policy.ResolvedInputs:
+        """The shared tables the spec reads: each publisher read as it is now, so that a
+        reader waiting for a table starts by itself once the table appears."""
+        if not spec.table_inputs:
+            return policy.ResolvedInputs()
+        keys = {(ref.namespace, ref.pipeline) for _, ref in spec.table_inputs}
+        return policy.resolve_inputs(spec, {key: self._kube.get_pipeline(*key) for key in keys})
+
+    def _refusal(self, resource: Mapping[str, Any], spec: PipelineSpec, memory: Memory,
+                 tables: tuple[contract.TableInput, ...]) -> tuple[str, ...]:
         """Why the API server would refuse the next driver pod (Pod Security, an admission
         policy, a quota), asked before the launch is recorded: a refused pod is then
         reported on the pipeline, like a missing claim, instead of failing each launch."""
         pod = builders.driver_pod(spec, epoch=memory.epoch + 1, state_root=memory.state_root or spec.persistence.base_uri,
-                                  owner=builders.owner_reference(resource))
+                                  owner=builders.owner_reference(resource), tables=tables)
         refusal = self._kube.refusal(pod)
         return (contract.scrub_credentials(refusal),) if refusal else ()
 
@@ -124,7 +140,8 @@ class Reconciler:
         if rendered != previous:
             self._kube.replace_status(resource, rendered)
 
-    def _act(self, resource: Mapping[str, Any], spec: PipelineSpec | None, decision: Decision) -> None:
+    def _act(self, resource: Mapping[str, Any], spec: PipelineSpec | None, decision: Decision,
+             tables: tuple[contract.TableInput, ...]) -> None:
         action = decision.action
         meta = resource["metadata"]
         namespace, pod_name = meta["namespace"], names.driver_pod_name(meta["name"])
@@ -133,7 +150,7 @@ class Reconciler:
             owner = builders.owner_reference(resource)
             self._kube.ensure_service(builders.driver_service(spec, owner=owner))
             self._kube.create_pod(builders.driver_pod(spec, epoch=action.epoch, state_root=action.state_root,
-                                                      owner=owner))
+                                                      owner=owner, tables=tables))
         elif isinstance(action, Stop):
             self._kube.delete_pod(namespace, pod_name, action.uid)
         elif isinstance(action, Remove):

@@ -162,6 +162,43 @@ def uri_in_pod(root: str) -> str:
 
 
 @dataclass(frozen=True)
+class TableReference:
+    """A shared table another pipeline publishes (spec.inputs[].table)."""
+
+    namespace: str
+    """The publisher's namespace (the reader's own when not given)."""
+    pipeline: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pipeline}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Input:
+    """One entry of spec.inputs: an input of the pipeline's code, by its persistent id. An
+    entry without ``table`` says nothing the operator resolves (other keys, such as a
+    backfill's settings, sit beside ``table`` in the same entry)."""
+
+    persistent_id: str
+    table: TableReference | None = None
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    """One entry of spec.tables: a shared table this pipeline publishes."""
+
+    name: str
+    readers: tuple[str, ...] = ()
+    """Other namespaces whose pipelines may read it ("*": any); its own namespace always may."""
+    max_hold_age_seconds: int | None = None
+    """A reader's hold behind for longer than this is broken (None: never)."""
+
+    def grants(self, namespace: str, own_namespace: str) -> bool:
+        return namespace == own_namespace or "*" in self.readers or namespace in self.readers
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     namespace: str
     name: str
@@ -175,6 +212,12 @@ class PipelineSpec:
     state: str = "running"
     restart_nonce: str = ""
     upgrade_mode: str = "last-state"
+    inputs: tuple[Input, ...] = ()
+    tables: tuple[PublishedTable, ...] = ()
+
+    @property
+    def table_inputs(self) -> tuple[tuple[Input, TableReference], ...]:
+        return tuple((i, i.table) for i in self.inputs if i.table is not None)
 
     @property
     def pipeline(self) -> str:
@@ -198,6 +241,12 @@ class PipelineSpec:
             "backend": asdict(self.persistence.backend),
             "snapshot_interval_seconds": self.persistence.snapshot_interval_seconds,
         }
+        # Only when set, so that a pipeline without shared tables keeps the hash it had.
+        if self.table_inputs:
+            shaping["inputs"] = [asdict(i) for i, _ in self.table_inputs]
+        if self.tables:
+            shaping["tables"] = [{"name": t.name, "max_hold_age_seconds": t.max_hold_age_seconds}
+                                 for t in self.tables]
         digest = hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()
         return digest[:16]
 
@@ -237,6 +286,8 @@ def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str, allow_privi
         state=reader.choice("state", ("running", "suspended"), "running"),
         restart_nonce=reader.string("restartNonce", ""),
         upgrade_mode=reader.choice("upgradeMode", ("last-state", "stateless"), "last-state"),
+        inputs=_inputs(reader, namespace),
+        tables=_tables(reader),
     )
     if problems:
         raise InvalidSpec(problems)
@@ -486,6 +537,56 @@ def _persistence(r: _Reader, namespace: str, name: str) -> Persistence | None:
         on_delete=r.choice("onDelete", ("Retain", "Delete"), "Retain"),
         reset_nonce=r.nonce("resetNonce"),
     )
+
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_PERSISTENT_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _entries(r: _Reader, key: str) -> list[_Reader]:
+    value = r.raw.get(key, [])
+    if not isinstance(value, list):
+        r.problem(key, "must be a list of objects")
+        return []
+    return [_Reader(item, r.problems, f"{r.path}.{key}[{n}]") for n, item in enumerate(value)]
+
+
+def _inputs(r: _Reader, namespace: str) -> tuple[Input, ...]:
+    inputs: list[Input] = []
+    for entry in _entries(r, "inputs"):
+        pid = entry.string("persistentId", "", required=True)
+        if pid and not _PERSISTENT_ID.match(pid):
+            entry.problem("persistentId", "may use only letters, digits, '_', '.', '-' (as the pipeline's code "
+                                          "names the input: persistent_id=...)")
+        if pid and any(i.persistent_id == pid for i in inputs):
+            entry.problem("persistentId", f"{pid!r} is listed twice")
+        table = None
+        if entry.has("table"):
+            t = entry.section("table")
+            table = TableReference(namespace=t.string("namespace", namespace) or namespace,
+                                   pipeline=t.string("pipeline", "", required=True),
+                                   name=t.string("name", "", required=True))
+            if table.pipeline and not _K8S_NAME.match(table.pipeline):
+                t.problem("pipeline", "must be the name of a PersistentPipeline")
+            if table.name and not _TABLE_NAME.match(table.name):
+                t.problem("name", "must be a table name: letters, digits, '_', '.', '-'")
+        inputs.append(Input(pid, table))
+    return tuple(inputs)
+
+
+def _tables(r: _Reader) -> tuple[PublishedTable, ...]:
+    tables: list[PublishedTable] = []
+    for entry in _entries(r, "tables"):
+        name = entry.string("name", "", required=True)
+        if name and not _TABLE_NAME.match(name):
+            entry.problem("name", "must be a table name: letters, digits, '_', '.', '-' (as the pipeline's code "
+                                  "publishes it: sa.io.tables.publish(..., name=...))")
+        if name and any(t.name == name for t in tables):
+            entry.problem("name", f"{name!r} is listed twice")
+        age = entry.number("maxHoldAgeSeconds", 0, minimum=60) if entry.has("maxHoldAgeSeconds") else None
+        tables.append(PublishedTable(name, entry.strings("readers"), age or None))
+    return tuple(tables)
 
 
 def _relative_path(r: _Reader, key: str, default: str) -> str:

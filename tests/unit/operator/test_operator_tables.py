@@ -1,0 +1,170 @@
+"""Shared tables in the operator: spec.inputs and spec.tables as parsed, a reader's
+tables resolved from its publishers' resources (or why it waits), the reader Pending until
+they can be read, the driver told where they are, and the publisher's tables in its
+status, printer column and metrics."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pipeline_operator import builders
+from pipeline_operator.errors import InvalidSpec
+from pipeline_operator.lifecycle import Launch, next_action
+from pipeline_operator.memory import Memory, bounded_tables
+from pipeline_operator.metrics import Metrics
+from pipeline_operator.policy import resolve_inputs
+from pipeline_operator.spec import Input, PublishedTable, TableReference, parse_spec
+from pipeline_operator.status import read_memory, render
+from ppl_factories import NOW, S3_SPEC, TUNABLES, observed, raw
+
+from spark_app import contract
+
+READ = {"persistentId": "customers", "table": {"pipeline": "orders", "name": "customers"}}
+
+
+def reader(base: dict[str, Any] | None = None, namespace: str = "team", **changes: Any):  # type: ignore[no-untyped-def]
+    return parse_spec(raw(base, **{"inputs": [READ], **changes}), namespace=namespace, name="tiers")
+
+
+def publisher(namespace: str = "team", base: dict[str, Any] | None = None, *, tables: list[Any] | None = None,
+              root: str = "pvc://state/team/orders", version: int | None = 7) -> dict[str, Any]:
+    status: dict[str, Any] = {"persistence": {"root": root}}
+    if version is not None:
+        status["tables"] = {"customers": {"version": version}}
+    return {"metadata": {"namespace": namespace, "name": "orders"},
+            "spec": raw(base, tables=tables if tables is not None else [{"name": "customers"}]), "status": status}
+
+
+def test_inputs_and_tables_are_parsed_with_their_defaults() -> None:
+    spec = reader(tables=[{"name": "tiers", "readers": ["analytics"], "maxHoldAgeSeconds": 3600}])
+    assert spec.inputs == (Input("customers", TableReference("team", "orders", "customers")),)
+    assert spec.tables == (PublishedTable("tiers", ("analytics",), 3600),)
+    # An entry may carry other settings beside (or instead of) a table: they are not the operator's to resolve.
+    other = parse_spec(raw(inputs=[{"persistentId": "big", "backfill": {"rowsPerSecond": 10}}]),
+                       namespace="team", name="x")
+    assert other.inputs == (Input("big"),) and other.table_inputs == ()
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"inputs": [{"table": {"pipeline": "orders", "name": "customers"}}]}, "spec.inputs[0].persistentId"),
+    ({"inputs": [READ, READ]}, "spec.inputs[1].persistentId"),
+    ({"inputs": [{"persistentId": "c", "table": {"name": "customers"}}]}, "spec.inputs[0].table.pipeline"),
+    ({"inputs": [{"persistentId": "c", "table": {"pipeline": "Orders!", "name": "c"}}]},
+     "spec.inputs[0].table.pipeline"),
+    ({"inputs": {"persistentId": "c"}}, "spec.inputs"),
+    ({"tables": [{"name": "a/b"}]}, "spec.tables[0].name"),
+    ({"tables": [{"name": "t", "maxHoldAgeSeconds": 5}]}, "spec.tables[0].maxHoldAgeSeconds"),
+    ({"tables": [{"name": "t", "readers": "ns"}]}, "spec.tables[0].readers"),
+])
+def test_a_bad_input_or_table_names_its_field(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSpec) as raised:
+        parse_spec(raw(**changes), namespace="team", name="x")
+    assert field in [p.field for p in raised.value.problems]
+
+
+def test_a_table_is_resolved_where_the_driver_reaches_it() -> None:
+    resolved = resolve_inputs(reader(), {("team", "orders"): publisher()})
+    assert resolved.waiting == ()
+    assert resolved.tables == (contract.TableInput(
+        table="team/orders/customers", uri="/var/lib/spark-app/state/team/orders/tables/customers"),)
+    s3 = resolve_inputs(reader(S3_SPEC, namespace="analytics", inputs=[
+        {**READ, "table": {**READ["table"], "namespace": "team"}}]), {("team", "orders"): publisher(
+            "team", S3_SPEC, tables=[{"name": "customers", "readers": ["analytics"]}],
+            root="s3://pipelines/team/orders")})
+    assert s3.waiting == ()
+    assert s3.tables[0].uri == "s3://pipelines/team/orders/tables/customers"
+    assert s3.tables[0].s3.endpoint == "http://127.0.0.1:9000" and s3.tables[0].credentials == ""
+
+
+@pytest.mark.parametrize(("found", "says"), [
+    (None, "PersistentPipeline team/orders does not exist (yet)"),
+    (publisher(tables=[]), "does not publish a table 'customers'"),
+    (publisher(version=None), "no version yet"),
+    (publisher(root=""), "no version yet"),
+    (publisher(base=raw(persistence={"filesystem": {"claimName": "other"}})), "claim other"),
+])
+def test_a_table_that_cannot_be_read_yet_says_why(found: dict[str, Any] | None, says: str) -> None:
+    resolved = resolve_inputs(reader(), {("team", "orders"): found})
+    assert resolved.tables == ()
+    assert len(resolved.waiting) == 1 and resolved.waiting[0].startswith("spec.inputs[0].table team/orders/customers: ")
+    assert says in resolved.waiting[0]
+
+
+def test_another_namespace_reads_only_what_it_is_granted() -> None:
+    mine = reader(S3_SPEC, namespace="analytics",
+                  inputs=[{**READ, "table": {**READ["table"], "namespace": "team"}}])
+    closed = publisher("team", S3_SPEC, root="s3://pipelines/team/orders")
+    waiting = resolve_inputs(mine, {("team", "orders"): closed}).waiting
+    assert waiting and "does not grant namespace analytics" in waiting[0]
+    for readers in (["analytics"], ["*"]):
+        granted = publisher("team", S3_SPEC, tables=[{"name": "customers", "readers": readers}],
+                            root="s3://pipelines/team/orders")
+        assert resolve_inputs(mine, {("team", "orders"): granted}).waiting == ()
+
+
+def test_a_reader_waits_pending_with_a_condition_then_launches_once_its_table_is_there() -> None:
+    spec = reader()
+    waiting = resolve_inputs(spec, {("team", "orders"): None}).waiting
+    first = next_action(observed(spec, waiting=waiting), TUNABLES)
+    assert first.action is None and first.memory.phase == "Pending"
+    assert [(e.type, e.reason) for e in first.events] == [("Normal", "WaitingForTable")]
+    progressing = next(c for c in first.memory.conditions if c.type == "Progressing")
+    assert (progressing.status, progressing.reason) == ("False", "WaitingForTable")
+    assert "team/orders/customers" in progressing.message
+    assert first.requeue_after == TUNABLES.recheck_seconds  # rechecked: it starts by itself
+    assert next_action(observed(spec, first.memory, waiting=waiting), TUNABLES).events == ()  # announced once
+    ready = next_action(observed(spec, first.memory), TUNABLES)
+    assert isinstance(ready.action, Launch)
+
+
+def test_the_driver_is_told_its_tables_and_the_publishers_settings_never_credentials() -> None:
+    spec = reader(tables=[{"name": "tiers", "maxHoldAgeSeconds": 600}])
+    tables = resolve_inputs(spec, {("team", "orders"): publisher()}).tables
+    pod = builders.driver_pod(spec, epoch=1, state_root="pvc://state/team/tiers", owner={}, tables=tables)
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    environment = contract.DriverEnvironment.from_env({k: v for k, v in env.items() if v is not None})
+    assert environment.table_inputs == tables
+    assert environment.tables == {"tiers": contract.TableSettings(max_hold_age_seconds=600)}
+    # Which tables it reads shapes the pod: a change relaunches it; none leaves the hash as it was.
+    assert spec.pod_hash != reader(tables=[]).pod_hash
+    plain = parse_spec(raw(), namespace="team", name="tiers")
+    assert plain.pod_hash == parse_spec(raw(inputs=[]), namespace="team", name="tiers").pod_hash
+
+
+def _table(*behind: int) -> contract.TableReport:
+    return contract.TableReport(version=42, rows=12, bytes=4096, frontier=40, compacted_ms=int(NOW * 1000), holders=tuple(
+        contract.HolderReport(reader=f"team/r{n}/customers", kind="changelog", version=42 - b, behind=b,
+                              age_s=float(b), blocking=b == max(behind)) for n, b in enumerate(behind)))
+
+
+def test_a_publishers_tables_go_from_its_report_to_its_status_column_and_metrics() -> None:
+    from ppl_factories import driver
+    from ppl_factories import spec as make_spec
+
+    s = make_spec()
+    d = driver(s, report=contract.DriverReport(epoch=1, stored_epoch=0, state="running", reported_at=NOW - 2,
+                                               tables={"customers": _table(0, 3)}))
+    decision = next_action(observed(s, Memory(epoch=1, driver_uid=d.uid, state_root="pvc://state/team/wc"),
+                                    driver=d), TUNABLES)
+    assert decision.memory.tables == bounded_tables({"customers": _table(0, 3)})  # furthest behind first
+    status = render(decision.memory, name="wc", generation=1, previous={}, now=NOW)
+    assert status["tablesSummary"] == "customers v42 2 readers (1 behind by 3)"
+    assert status["tables"]["customers"]["holders"][0] == {
+        "reader": "team/r1/customers", "kind": "changelog", "version": 39, "behind": 3, "ageSeconds": 3.0,
+        "broken": False, "blocking": True}
+    assert read_memory(json.loads(json.dumps(status))).tables == decision.memory.tables
+    metrics = Metrics()
+    metrics.tables("team", "wc", decision.memory.tables)
+    labels = {"namespace": "team", "pipeline": "wc", "table": "customers"}
+    assert metrics.registry.get_sample_value("persistent_pipeline_table_version", labels) == 42
+    assert metrics.registry.get_sample_value("persistent_pipeline_table_holder_lag_versions",
+                                             {**labels, "reader": "team/r1/customers"}) == 3
+    metrics.forget("team", "wc")
+    assert metrics.registry.get_sample_value("persistent_pipeline_table_version", labels) is None
+
+
+def test_the_status_keeps_the_furthest_behind_holders_only() -> None:
+    many = bounded_tables({"t": _table(*range(50))})
+    assert [h.behind for h in many["t"].holders] == list(range(49, 29, -1))
