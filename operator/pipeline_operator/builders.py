@@ -210,24 +210,37 @@ def driver_service(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
     }
 
 
-def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
-    """Deletes the pipeline's stored state (every reset and generation below its base) with
-    the runtime's own `spark_app reset`, in a pod so that it can reach a claim the
-    operator does not mount, with the same Secret references as the driver."""
+def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict, tables: tuple[contract.TableInput, ...] = ()) -> JsonDict:
+    """What a deleted pipeline leaves to do, with the runtime's own commands, in a pod so
+    that it can reach a claim the operator does not mount, with the same Secret references
+    as the driver: release its holds on the shared ``tables`` it read (`spark_app tables
+    release`), then, with onDelete: Delete, delete its stored state (every reset and
+    generation below its base, `spark_app reset`)."""
     env = [*_credential_env(spec), *_s3_env(spec)]
     template = {"spec": {k: v for k, v in dict(spec.driver.pod_template).get("spec", {}).items()
                          if k not in ("containers", "initContainers")}}
-    under = merge(podsecurity.restricted_base(template, names.CLEANUP_CONTAINER), template)
+
+    def container(name: str, args: list[str], extra_env: list[JsonDict]) -> JsonDict:
+        return {"name": name, "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
+                "args": ["python", "-m", "spark_app", *args], "env": [*env, *extra_env],
+                "volumeMounts": _state_mounts(spec)}
+
+    steps = []
+    if tables:
+        steps.append(container(names.RELEASE_CONTAINER, ["tables", "release", "--reader", spec.pipeline],
+                               [{"name": k, "value": v} for k, v in contract.tables_to_env(tables, {}).items()]))
+    if spec.persistence.on_delete == "Delete" or not tables:
+        steps.append(container(names.CLEANUP_CONTAINER, ["reset", uri_in_pod(spec.persistence.base_uri), "--yes"],
+                               []))
+    under = merge(podsecurity.restricted_base(template, steps[-1]["name"]), template)
+    for step in steps[:-1]:
+        step["securityContext"] = podsecurity.container_security_context()
+        step["volumeMounts"] = [*step["volumeMounts"], *podsecurity.scratch_mounts()]
     pod_spec: JsonDict = {
         "restartPolicy": "OnFailure",
-        "containers": [{
-            "name": names.CLEANUP_CONTAINER,
-            "image": spec.image,
-            "imagePullPolicy": spec.image_pull_policy,
-            "args": ["python", "-m", "spark_app", "reset", uri_in_pod(spec.persistence.base_uri), "--yes"],
-            "env": env,
-            "volumeMounts": _state_mounts(spec),
-        }],
+        # One step after the other: the holds go first, then the state that named them.
+        **({"initContainers": steps[:-1]} if len(steps) > 1 else {}),
+        "containers": steps[-1:],
         "volumes": _state_volumes(spec),
     }
     if spec.driver.service_account_name:

@@ -163,20 +163,28 @@ def _deleting(o: Observed, t: Tunables) -> Decision:
     if d is not None:
         return _step(o, m, "Deleting", f"waiting for driver pod {d.name} to terminate", requeue=t.poll_seconds)
     root = m.state_root or (spec.persistence.base_uri if spec else "")
-    if spec is None or spec.persistence.on_delete == "Retain":
+    releasing = spec is not None and bool(spec.table_inputs)
+    if spec is None or (spec.persistence.on_delete == "Retain" and not releasing):
         return _step(o, m, "Deleting", "state retained", action=Release(), events=(_normal(
             "StateRetained", f"the state is kept at {root or 'its storage'} (onDelete: Retain); a "
             "PersistentPipeline with the same persistence settings resumes from it"),))
     base = spec.persistence.base_uri
+    deleting = spec.persistence.on_delete == "Delete"
+    work = ("releasing its holds on shared tables" if releasing else "") + (
+        (" and " if releasing else "") + f"deleting the state at {base}" if deleting else "")
     if o.cleanup_phase is None:
-        return _step(o, m, "Deleting", f"deleting the state at {base}", action=CreateCleanup(),
-                     events=(_normal("StateCleanup", f"deleting the state at {base} (onDelete: Delete)"),),
+        return _step(o, m, "Deleting", work, action=CreateCleanup(),
+                     events=(_normal("StateCleanup", f"{work} (onDelete: {spec.persistence.on_delete})"),),
                      requeue=t.poll_seconds)
     if o.cleanup_phase == "Succeeded":
-        return _step(o, m, "Deleting", "state deleted", action=Release(),
-                     events=(_normal("StateDeleted", f"deleted the state at {base}"),))
-    return _step(o, m, "Deleting", f"waiting for the state cleanup pod ({o.cleanup_phase}); set "
-                                   "spec.persistence.onDelete to Retain to finish without it",
+        done = ("released its holds on shared tables" if releasing else "") + (
+            ("; " if releasing else "") + f"deleted the state at {base}" if deleting else
+            f"; the state is kept at {root} (onDelete: Retain)")
+        return _step(o, m, "Deleting", done, action=Release(),
+                     events=(_normal("StateDeleted" if deleting else "HoldsReleased", done),))
+    return _step(o, m, "Deleting", f"waiting for the cleanup pod ({o.cleanup_phase}) {work}; delete that pod's "
+                                   "owner's finalizer only once it is done, or holds stay until the "
+                                   "publisher's maxHoldAgeSeconds breaks them",
                  requeue=t.poll_seconds * 2)
 
 

@@ -105,7 +105,7 @@ class Reconciler:
             others = [p for p in self._kube.list_pipelines(namespace) if p["metadata"].get("uid") != meta["uid"]]
             root_taken_by = policy.root_taken_by(spec, meta.get("creationTimestamp") or "", others)
         cleanup = None
-        if deleting and spec is not None and spec.persistence.on_delete == "Delete":
+        if deleting and spec is not None and (spec.persistence.on_delete == "Delete" or spec.table_inputs):
             cleanup = observe.pod_phase(self._kube.get_pod(namespace, names.cleanup_pod_name(name)))
         observed = Observed(
             now=self._clock(), generation=int(meta.get("generation") or 0), uid=meta["uid"], spec=spec,
@@ -158,4 +158,6 @@ class Reconciler:
             self._kube.delete_pod(namespace, pod_name, action.uid, grace_seconds=0)
         elif isinstance(action, CreateCleanup):
             assert spec is not None
-            self._kube.create_pod(builders.cleanup_pod(spec, owner=builders.owner_reference(resource)))
+            # The holds to release are on the tables its publishers still have; one gone has none.
+            tables = self._resolve_inputs(spec).tables
+            self._kube.create_pod(builders.cleanup_pod(spec, owner=builders.owner_reference(resource), tables=tables))

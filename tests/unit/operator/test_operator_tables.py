@@ -168,3 +168,36 @@ def test_a_publishers_tables_go_from_its_report_to_its_status_column_and_metrics
 def test_the_status_keeps_the_furthest_behind_holders_only() -> None:
     many = bounded_tables({"t": _table(*range(50))})
     assert [h.behind for h in many["t"].holders] == list(range(49, 29, -1))
+
+
+TABLES = (contract.TableInput(table="team/orders/customers", uri="/var/lib/spark-app/state/team/orders/tables/customers"),)
+
+
+@pytest.mark.parametrize("on_delete", ["Retain", "Delete"])
+def test_a_deleted_reader_releases_its_holds_before_its_finalizer_goes(on_delete: str) -> None:
+    from pipeline_operator.lifecycle import CreateCleanup, Release
+    from test_operator_podsecurity import restricted_violations
+
+    spec = reader(persistence={"filesystem": {"claimName": "state"}, "onDelete": on_delete})
+    memory = Memory(state_root="pvc://state/team/tiers")
+    first = next_action(observed(spec, memory, deleting=True), TUNABLES)
+    assert isinstance(first.action, CreateCleanup) and "releasing its holds" in first.memory.message
+    assert isinstance(next_action(observed(spec, memory, deleting=True, cleanup_phase="Running"), TUNABLES).action,
+                      type(None))
+    done = next_action(observed(spec, memory, deleting=True, cleanup_phase="Succeeded"), TUNABLES)
+    assert isinstance(done.action, Release) and "released its holds" in done.memory.message
+    pod = builders.cleanup_pod(spec, owner={}, tables=TABLES)["spec"]
+    assert restricted_violations(pod) == []
+    steps = [*pod.get("initContainers", []), *pod["containers"]]
+    assert [c["args"][3:] for c in steps] == [["tables", "release", "--reader", "team/tiers"]] + (
+        [["reset", "/var/lib/spark-app/state/team/tiers", "--yes"]] if on_delete == "Delete" else [])
+    env = {e["name"]: e.get("value") for e in steps[0]["env"]}
+    assert contract.table_inputs_from_env({contract.TABLE_INPUTS: env[contract.TABLE_INPUTS]}) == TABLES
+
+
+def test_a_deleted_pipeline_without_tables_to_release_keeps_its_state_at_once() -> None:
+    from pipeline_operator.lifecycle import Release
+
+    decision = next_action(observed(parse_spec(raw(), namespace="team", name="x"), Memory(), deleting=True),
+                           TUNABLES)
+    assert isinstance(decision.action, Release)
