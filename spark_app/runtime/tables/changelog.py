@@ -21,7 +21,7 @@ from pyspark.sql.streaming import DataStreamReader
 from spark_app.runtime.sources.base import Offset
 from spark_app.state.delta_log import TableLog
 from spark_app.state.tables import CHANGE_DIFFS, ChangelogPosition
-from spark_app.storage import Storage
+from spark_app.storage import NotFound, Storage
 
 PERSISTENT_ID_OPTION = "spark_app_persistent_id"
 """Names the input in the query's plan (spark_app.runtime.pipeline.source_ids); Delta ignores it."""
@@ -73,15 +73,26 @@ class ChangelogTracker:
         self._log = TableLog(table)
 
     def caught_up(self, committed: Offset | None) -> bool:
-        """Caught up once its committed position is past the table's latest version: Delta's
-        offset after the last file of a version is that version at END_INDEX."""
+        """Caught up once no version after its committed position changed the table's
+        data. Delta's offset after the last file of a version is that version at
+        END_INDEX, and it stays there through versions that change no data (the
+        compaction's OPTIMIZE, an empty batch's MERGE), which the stream skips."""
         latest = self._log.latest()
         if latest is None:
             return True
         if committed is None:
             return False
         position = ChangelogPosition.from_offset(dict(committed))
-        return position.version > latest or (position.version == latest and position.index >= END_INDEX)
+        if position.index >= END_INDEX:
+            unread = position.version + 1
+        elif position.index < 0:  # nothing of that version read yet (Delta's BASE_INDEX, metadata indexes)
+            unread = position.version
+        else:
+            return False
+        try:
+            return not any(self._log.commit(v).change_files for v in range(unread, latest + 1))
+        except NotFound:
+            return False  # its commit is gone: the reader is behind the compaction, not caught up
 
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         """The version the reader has reached (nothing is set aside)."""
