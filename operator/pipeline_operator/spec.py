@@ -162,6 +162,23 @@ def uri_in_pod(root: str) -> str:
 
 
 @dataclass(frozen=True)
+class InputBackfill:
+    """The backfill of a table source, as far as the resource steers it while it runs."""
+
+    rows_per_second: int | None = None
+    """None: unlimited; 0: paused (changes to the rows already read keep flowing)."""
+
+
+@dataclass(frozen=True)
+class Input:
+    """One of the pipeline's sources, named by the persistent id its code gives it."""
+
+    persistent_id: str
+    backfill: InputBackfill | None = None
+    """None: the pipeline's code decides (sa.io.delta.read(rows_per_second=...))."""
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     namespace: str
     name: str
@@ -175,10 +192,19 @@ class PipelineSpec:
     state: str = "running"
     restart_nonce: str = ""
     upgrade_mode: str = "last-state"
+    inputs: tuple[Input, ...] = ()
+    """Settings of the sources that change in a running driver (left out of pod_hash:
+    changing them restarts nothing; the operator rewrites the pod's live settings)."""
 
     @property
     def pipeline(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @cached_property
+    def live_settings(self) -> contract.LiveSettings:
+        """What the driver reads from its live settings file (spark_app.contract)."""
+        return contract.LiveSettings({i.persistent_id: i.backfill.rows_per_second
+                                      for i in self.inputs if i.backfill is not None})
 
     @cached_property
     def pod_hash(self) -> str:
@@ -237,6 +263,7 @@ def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str, allow_privi
         state=reader.choice("state", ("running", "suspended"), "running"),
         restart_nonce=reader.string("restartNonce", ""),
         upgrade_mode=reader.choice("upgradeMode", ("last-state", "stateless"), "last-state"),
+        inputs=_inputs(reader),
     )
     if problems:
         raise InvalidSpec(problems)
@@ -486,6 +513,33 @@ def _persistence(r: _Reader, namespace: str, name: str) -> Persistence | None:
         on_delete=r.choice("onDelete", ("Retain", "Delete"), "Retain"),
         reset_nonce=r.nonce("resetNonce"),
     )
+
+
+_PERSISTENT_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _inputs(r: _Reader) -> tuple[Input, ...]:
+    raw = r.raw.get("inputs", [])
+    if not isinstance(raw, list):
+        r.problem("inputs", "must be a list")
+        return ()
+    inputs: list[Input] = []
+    for index, entry in enumerate(raw):
+        item = _Reader(entry, r.problems, f"{r.path}.inputs[{index}]")
+        pid = item.string("persistentId", "", required=True)
+        if pid and not _PERSISTENT_ID.match(pid):
+            item.problem("persistentId", f"may use only letters, digits, '_', '.', '-' (got {pid!r}), "
+                                         "as the pipeline's persistent_id= does")
+        if pid in (i.persistent_id for i in inputs):
+            item.problem("persistentId", f"{pid!r} is listed twice")
+        backfill = None
+        if item.has("backfill"):
+            section = item.section("backfill")
+            rate = section.raw.get("rowsPerSecond")
+            backfill = InputBackfill(None if rate is None else
+                                     section.number("rowsPerSecond", 0, minimum=0))
+        inputs.append(Input(pid, backfill))
+    return tuple(inputs)
 
 
 def _relative_path(r: _Reader, key: str, default: str) -> str:

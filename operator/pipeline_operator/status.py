@@ -8,7 +8,7 @@ from typing import Any
 
 from pipeline_operator import names
 from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart, truncate
-from pipeline_operator.observe import QueryReport, format_time, parse_time
+from pipeline_operator.observe import BackfillReport, QueryReport, format_time, parse_time
 
 JsonDict = dict[str, Any]
 
@@ -35,7 +35,8 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
         "bookkeeping": {"endedUid": m.ended_uid, "epochFloor": m.epoch_floor, "stopping": m.stopping,
                         "announcedEpoch": m.announced_epoch, "announcedProblem": m.announced_problem,
                         "degraded": m.degraded, "storageOutages": m.storage_outages,
-                        **({"runningSince": format_time(m.running_since)} if m.running_since else {})},
+                        **({"runningSince": format_time(m.running_since)} if m.running_since else {}),
+                        **({"backfillSeenAt": format_time(m.backfill_seen_at)} if m.backfill_seen_at else {})},
     }
     if m.last_failure:
         f = m.last_failure
@@ -58,6 +59,12 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                             **({"iterate": r.iterate} if r.iterate is not None else {})}
                         for q, r in c.queries.items()},
         }
+    if m.backfills:
+        status["backfill"] = m.describe_backfills()
+        status["backfills"] = {pid: {"rowsRead": b.rows_read, "rowsTotal": b.rows_total, "percent": b.percent,
+                                     "rowsPerSecond": b.rows_per_second, "etaSeconds": b.eta_seconds,
+                                     "paused": b.paused, "finished": b.finished, "version": b.version}
+                               for pid, b in m.backfills.items()}
     bounded: JsonDict = _bounded(status)
     return bounded
 
@@ -100,7 +107,16 @@ def read_memory(status: Mapping[str, Any] | None) -> Memory:
         storage_outages=int(books.get("storageOutages") or 0),
         conditions=tuple(Condition(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
                          for c in s.get("conditions") or []),
+        backfills={pid: _read_backfill(b) for pid, b in (s.get("backfills") or {}).items()},
+        backfill_seen_at=parse_time(books.get("backfillSeenAt")),
     )
+
+
+def _read_backfill(raw: Mapping[str, Any]) -> BackfillReport:
+    return BackfillReport(rows_read=int(raw.get("rowsRead") or 0), rows_total=int(raw.get("rowsTotal") or 0),
+                          percent=float(raw.get("percent") or 0.0), rows_per_second=raw.get("rowsPerSecond"),
+                          eta_seconds=raw.get("etaSeconds"), paused=bool(raw.get("paused")),
+                          finished=bool(raw.get("finished")), version=raw.get("version"))
 
 
 def _bounded(value: Any) -> Any:
