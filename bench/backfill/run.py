@@ -51,7 +51,7 @@ TICK_S = 2.0
 NEW_IDS_PER_TICK = 100
 PLAN_LINE = re.compile(r"^(\S+ \S+) INFO spark_app: backfill upstream: plan (\d+) at version (\d+): (\d+) changes, "
                        r"(\d+) rows read \((.*)\)$")
-COMMIT_LINE = re.compile(r"^(\S+ \S+) INFO spark_app: query \S+: committed batch (\d+) \(upstream: (\{.*\})\)$")
+COMMIT_LINE = re.compile(r"^(\S+ \S+) INFO spark_app: query \S+: committed batch (\d+) \(upstream: (\d+) plans\)$")
 
 
 def log_time(stamp: str) -> float:
@@ -80,7 +80,7 @@ def plans(text: str) -> list[PlanLine]:
 
 
 def committed_plans(text: str) -> list[int]:
-    return [int(json.loads(m[3])["plans"]) for m in map(COMMIT_LINE.match, text.splitlines()) if m]
+    return [int(m[3]) for m in map(COMMIT_LINE.match, text.splitlines()) if m]
 
 
 class Upstream:

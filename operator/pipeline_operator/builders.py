@@ -19,6 +19,7 @@ from spark_app import contract
 from spark_app.contract import InjectedConfig
 
 STATE_VOLUME = "state"
+LIVE_SETTINGS_VOLUME = "live-settings"
 JsonDict = dict[str, Any]
 
 
@@ -115,6 +116,8 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         *({"name": k, "value": v}
           for k, v in injected_config(spec, epoch=epoch, state_root=state_root, tables=tables).to_env().items()),
     ]
+    env.append({"name": contract.LIVE_SETTINGS_FILE,
+                "value": f"{names.LIVE_SETTINGS_MOUNT_PATH}/{names.LIVE_SETTINGS_FILE_NAME}"})
     if spec.execution.mode == "Kubernetes":
         env.append({"name": contract.EXECUTOR_POD_TEMPLATE,
                     "value": json.dumps(executor_pod_template(spec), sort_keys=True)})
@@ -128,7 +131,9 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         "terminationMessagePath": contract.TERMINATION_LOG,
         # Kubernetes falls back to the log's tail when the driver died before writing one.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": _state_mounts(spec),
+        "volumeMounts": [*_state_mounts(spec),
+                         {"name": LIVE_SETTINGS_VOLUME, "mountPath": names.LIVE_SETTINGS_MOUNT_PATH,
+                          "readOnly": True}],
     }
     if spec.execution.mode == "Kubernetes":
         container["ports"] = [
@@ -139,7 +144,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": spec.driver.termination_grace_period_seconds,
         "containers": [container],
-        "volumes": _state_volumes(spec),
+        "volumes": [*_state_volumes(spec), _live_settings_volume()],
     }
     if spec.driver.service_account_name:
         pod_spec["serviceAccountName"] = spec.driver.service_account_name
@@ -155,6 +160,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
                 names.ANNOTATION_SPEC_HASH: spec.pod_hash,
                 names.ANNOTATION_RESTART_NONCE: spec.restart_nonce,
                 names.ANNOTATION_STATE_ROOT: state_root,
+                contract.LIVE_SETTINGS_ANNOTATION: spec.live_settings.to_json(),
             },
             "ownerReferences": [owner],
         },
@@ -309,6 +315,15 @@ def _s3_env(spec: PipelineSpec) -> list[JsonDict]:
     if s3 is None:
         return []
     return [{"name": name, "value": value} for name, value in sorted(s3.options.to_env().items())]
+
+
+def _live_settings_volume() -> JsonDict:
+    """The pod's live settings annotation as a file: the kubelet rewrites it when the
+    operator changes the annotation, and the running driver reads it again."""
+    return {"name": LIVE_SETTINGS_VOLUME, "downwardAPI": {"items": [{
+        "path": names.LIVE_SETTINGS_FILE_NAME,
+        "fieldRef": {"fieldPath": f"metadata.annotations['{contract.LIVE_SETTINGS_ANNOTATION}']"},
+    }]}}
 
 
 def _state_volumes(spec: PipelineSpec) -> list[JsonDict]:

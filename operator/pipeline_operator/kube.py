@@ -129,6 +129,18 @@ class Kube:
         except (_NotFound, Conflict):
             pass  # gone already, or the uid precondition failed: another pod took the name
 
+    def annotate_pod(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> bool:
+        """Sets annotations on that very pod (its uid in the patch: a successor of the same
+        name is refused, not changed). False if the pod is gone or was replaced."""
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        try:
+            _call(lambda: self._core.patch_namespaced_pod(
+                name, namespace, body, _content_type="application/merge-patch+json", _preload_content=False,
+                _request_timeout=_TIMEOUT))
+        except (_NotFound, Conflict, Refused):
+            return False
+        return True
+
     def ensure_service(self, service: JsonDict) -> None:
         try:
             _call(lambda: self._core.create_namespaced_service(

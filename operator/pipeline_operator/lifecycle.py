@@ -17,6 +17,7 @@ Invariants, each tested in tests/unit/operator/test_operator_lifecycle.py:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from pipeline_operator.memory import (
@@ -27,11 +28,12 @@ from pipeline_operator.memory import (
     Halt,
     Memory,
     Restart,
+    bounded_backfills,
     bounded_queries,
     bounded_tables,
     truncate,
 )
-from pipeline_operator.observe import DriverPod, format_time
+from pipeline_operator.observe import BackfillReport, DriverPod, format_time
 from pipeline_operator.policy import Health, RootRefused, assess, backoff_delay, state_root
 from pipeline_operator.spec import PipelineSpec, RestartPolicy
 from spark_app import contract
@@ -426,6 +428,9 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
                                              queries=bounded_queries(report.queries)))  # type: ignore[union-attr]
     if fresh and report.tables:  # type: ignore[union-attr]
         m = replace(m, tables=bounded_tables(report.tables))  # type: ignore[union-attr]
+    if fresh and report.backfills:  # type: ignore[union-attr]
+        m, backfill_events = _follow_backfills(o, m, report.backfills, t)  # type: ignore[union-attr]
+        events_list.extend(backfill_events)
     requeue = t.resync_seconds
     if d.started_at is not None and m.consecutive_failures:
         healthy_for = o.now - d.started_at
@@ -445,6 +450,30 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
         message += f"; last checkpoint: {m.checkpoint.describe()}"
     return _step(o, m, phase, message, events=tuple(events_list), requeue=requeue, health=health,
                  progressing=progressing)
+
+
+def _follow_backfills(o: Observed, m: Memory, reported: Mapping[str, BackfillReport],
+                      t: Tunables) -> tuple[Memory, list[Event]]:
+    """The backfills' progress into the status: at once when one starts, pauses, resumes
+    or finishes (each an Event), else at most every checkpoint_refresh_seconds (the
+    driver reports after every batch; the status is not rewritten that often)."""
+    events: list[Event] = []
+    for pid, now in sorted(reported.items()):
+        before = m.backfills.get(pid)
+        if before is None and not now.finished:
+            events.append(_normal("BackfillStarted", f"backfill of {pid} started: {now.rows_total} rows in "
+                                                     f"the table at version {now.version}"))
+        elif before is not None and now.finished and not before.finished:
+            events.append(_normal("BackfillFinished", f"backfill of {pid} finished: {now.rows_read} rows read; "
+                                                      "only its changes follow"))
+        elif before is not None and now.paused != before.paused and not now.finished:
+            events.append(_normal("BackfillPaused" if now.paused else "BackfillResumed",
+                                  f"backfill of {pid} " + (f"paused at {now.percent:g}% (rowsPerSecond 0)"
+                                                           if now.paused else f"resumed at {now.percent:g}%")))
+    due = m.backfill_seen_at is None or o.now - m.backfill_seen_at >= t.checkpoint_refresh_seconds
+    if events or due:
+        m = replace(m, backfills=bounded_backfills(reported), backfill_seen_at=o.now)
+    return m, events
 
 
 def _checkpoint_due(known: Checkpoint | None, epoch: int, last_commit_ms: int | None, t: Tunables) -> bool:

@@ -12,9 +12,9 @@ from typing import Any
 
 from pipeline_operator import names
 from spark_app import contract
-from spark_app.contract import DriverReport, QueryReport
+from spark_app.contract import BackfillReport, DriverReport, QueryReport
 
-__all__ = ["DriverPod", "DriverReport", "QueryReport", "driver_pod", "parse_report", "pod_phase"]
+__all__ = ["BackfillReport", "DriverPod", "DriverReport", "QueryReport", "driver_pod", "parse_report", "pod_phase"]
 
 _STALE_EPOCH = re.compile(re.escape(contract.STALE_EPOCH_PREFIX) + r"(\d+)")
 
@@ -40,6 +40,8 @@ class DriverPod:
     reason: str = ""
     message: str = ""
     report: DriverReport | None = None
+    live_settings: str = ""
+    """The live settings written on the pod (contract.LIVE_SETTINGS_ANNOTATION)."""
 
     @property
     def ended(self) -> bool:
@@ -87,6 +89,7 @@ def driver_pod(pod: Mapping[str, Any]) -> DriverPod:
         # The driver's words go into the status and Events: scrubbed here, as they are read.
         message=contract.scrub_credentials(message if reason != "Evicted" else (status.get("message") or message)),
         report=parse_report(annotations.get(contract.STATUS_ANNOTATION)),
+        live_settings=annotations.get(contract.LIVE_SETTINGS_ANNOTATION, ""),
     )
 
 

@@ -65,12 +65,13 @@ class Reconciler:
             decision = next_action(observed, self._tunables)
             self._record(resource, decision)
             self._act(resource, spec, decision, tables)
+            events = decision.events + self._deliver_live_settings(namespace, spec, observed.driver)
         memory = decision.memory
         self._metrics.pipeline(namespace, name, memory.phase, memory.checkpoint.time if memory.checkpoint else None)
         self._metrics.tables(namespace, name, memory.tables)
         if decision.restart_reason:
             self._metrics.restarts.labels(namespace, name, decision.restart_reason).inc()
-        return Outcome(resource=resource, events=decision.events, requeue_after=decision.requeue_after,
+        return Outcome(resource=resource, events=events, requeue_after=decision.requeue_after,
                        released=isinstance(decision.action, Release))
 
     def _observe(self, resource: Mapping[str, Any]
@@ -113,6 +114,23 @@ class Reconciler:
             missing=missing, waiting=waiting, root_taken_by=root_taken_by, deleting=deleting, cleanup_phase=cleanup,
         )
         return observed, spec, tables
+
+    def _deliver_live_settings(self, namespace: str, spec: PipelineSpec | None,
+                               driver: observe.DriverPod | None) -> tuple[Event, ...]:
+        """The spec's live settings (a backfill's rate) onto the running driver's pod, whose
+        kubelet rewrites the file the driver reads: changed without a restart, so they are
+        not in the pod hash and no decision is taken on them."""
+        if spec is None or driver is None or driver.ended or driver.terminating:
+            return ()
+        wanted = spec.live_settings.to_json()
+        if driver.live_settings == wanted:
+            return ()
+        if not self._kube.annotate_pod(namespace, driver.name, driver.uid, {contract.LIVE_SETTINGS_ANNOTATION: wanted}):
+            return ()
+        rates = ", ".join(f"{pid} " + ("unlimited" if rate is None else "paused" if rate == 0 else f"{rate:g} rows/s")
+                          for pid, rate in sorted(spec.live_settings.backfill_rates.items()))
+        return (Event("Normal", "LiveSettingsChanged",
+                      f"driver epoch {driver.epoch} now reads its backfills at: {rates or 'the rates its code sets'}"),)
 
     def _resolve_inputs(self, spec: PipelineSpec) -> policy.ResolvedInputs:
         """The shared tables the spec reads: each publisher read as it is now, so that a

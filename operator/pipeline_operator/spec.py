@@ -175,13 +175,23 @@ class TableReference:
 
 
 @dataclass(frozen=True)
+class InputBackfill:
+    """The backfill of a table source, as far as the resource steers it while it runs."""
+
+    rows_per_second: int | None = None
+    """None: unlimited; 0: paused (changes to the rows already read keep flowing)."""
+
+
+@dataclass(frozen=True)
 class Input:
-    """One entry of spec.inputs: an input of the pipeline's code, by its persistent id. An
-    entry without ``table`` says nothing the operator resolves (other keys, such as a
-    backfill's settings, sit beside ``table`` in the same entry)."""
+    """One entry of spec.inputs: one of the pipeline's inputs, named by the persistent id its
+    code gives it, with what the operator resolves or steers for it."""
 
     persistent_id: str
+    backfill: InputBackfill | None = None
+    """None: the pipeline's code decides (sa.io.delta.read(rows_per_second=...))."""
     table: TableReference | None = None
+    """A shared table another pipeline publishes (sa.io.tables.read or lookup of it)."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +223,9 @@ class PipelineSpec:
     restart_nonce: str = ""
     upgrade_mode: str = "last-state"
     inputs: tuple[Input, ...] = ()
+    """The sources' settings: a backfill's rate changes in a running driver (left out of
+    pod_hash: changing it restarts nothing; the operator rewrites the pod's live
+    settings); a shared table's reference shapes the pod (its location is injected)."""
     tables: tuple[PublishedTable, ...] = ()
 
     @property
@@ -222,6 +235,12 @@ class PipelineSpec:
     @property
     def pipeline(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @cached_property
+    def live_settings(self) -> contract.LiveSettings:
+        """What the driver reads from its live settings file (spark_app.contract)."""
+        return contract.LiveSettings({i.persistent_id: i.backfill.rows_per_second
+                                      for i in self.inputs if i.backfill is not None})
 
     @cached_property
     def pod_hash(self) -> str:
@@ -243,7 +262,8 @@ class PipelineSpec:
         }
         # Only when set, so that a pipeline without shared tables keeps the hash it had.
         if self.table_inputs:
-            shaping["inputs"] = [asdict(i) for i, _ in self.table_inputs]
+            shaping["inputs"] = [{"persistent_id": i.persistent_id, "table": asdict(ref)}
+                                 for i, ref in self.table_inputs]
         if self.tables:
             shaping["tables"] = [{"name": t.name, "max_hold_age_seconds": t.max_hold_age_seconds}
                                  for t in self.tables]
@@ -561,6 +581,11 @@ def _inputs(r: _Reader, namespace: str) -> tuple[Input, ...]:
                                           "names the input: persistent_id=...)")
         if pid and any(i.persistent_id == pid for i in inputs):
             entry.problem("persistentId", f"{pid!r} is listed twice")
+        backfill = None
+        if entry.has("backfill"):
+            section = entry.section("backfill")
+            rate = section.raw.get("rowsPerSecond")
+            backfill = InputBackfill(None if rate is None else section.number("rowsPerSecond", 0, minimum=0))
         table = None
         if entry.has("table"):
             t = entry.section("table")
@@ -571,7 +596,7 @@ def _inputs(r: _Reader, namespace: str) -> tuple[Input, ...]:
                 t.problem("pipeline", "must be the name of a PersistentPipeline")
             if table.name and not _TABLE_NAME.match(table.name):
                 t.problem("name", "must be a table name: letters, digits, '_', '.', '-'")
-        inputs.append(Input(pid, table))
+        inputs.append(Input(pid, backfill, table))
     return tuple(inputs)
 
 

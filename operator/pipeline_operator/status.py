@@ -17,7 +17,7 @@ from pipeline_operator.memory import (
     describe_tables,
     truncate,
 )
-from pipeline_operator.observe import QueryReport, format_time, parse_time
+from pipeline_operator.observe import BackfillReport, QueryReport, format_time, parse_time
 from spark_app.contract import HolderReport, TableReport
 
 JsonDict = dict[str, Any]
@@ -45,7 +45,8 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
         "bookkeeping": {"endedUid": m.ended_uid, "epochFloor": m.epoch_floor, "stopping": m.stopping,
                         "announcedEpoch": m.announced_epoch, "announcedProblem": m.announced_problem,
                         "degraded": m.degraded, "storageOutages": m.storage_outages,
-                        **({"runningSince": format_time(m.running_since)} if m.running_since else {})},
+                        **({"runningSince": format_time(m.running_since)} if m.running_since else {}),
+                        **({"backfillSeenAt": format_time(m.backfill_seen_at)} if m.backfill_seen_at else {})},
     }
     if m.last_failure:
         f = m.last_failure
@@ -68,6 +69,12 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                             **({"iterate": r.iterate} if r.iterate is not None else {})}
                         for q, r in c.queries.items()},
         }
+    if m.backfills:
+        status["backfill"] = m.describe_backfills()
+        status["backfills"] = {pid: {"rowsRead": b.rows_read, "rowsTotal": b.rows_total, "percent": b.percent,
+                                     "rowsPerSecond": b.rows_per_second, "etaSeconds": b.eta_seconds,
+                                     "paused": b.paused, "finished": b.finished, "version": b.version}
+                               for pid, b in m.backfills.items()}
     if m.tables:
         status["tables"] = {name: _render_table(t) for name, t in m.tables.items()}
         status["tablesSummary"] = describe_tables(m.tables)
@@ -137,8 +144,17 @@ def read_memory(status: Mapping[str, Any] | None) -> Memory:
         storage_outages=int(books.get("storageOutages") or 0),
         conditions=tuple(Condition(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
                          for c in s.get("conditions") or []),
+        backfills={pid: _read_backfill(b) for pid, b in (s.get("backfills") or {}).items()},
+        backfill_seen_at=parse_time(books.get("backfillSeenAt")),
         tables={str(name): _read_table(t) for name, t in (s.get("tables") or {}).items()},
     )
+
+
+def _read_backfill(raw: Mapping[str, Any]) -> BackfillReport:
+    return BackfillReport(rows_read=int(raw.get("rowsRead") or 0), rows_total=int(raw.get("rowsTotal") or 0),
+                          percent=float(raw.get("percent") or 0.0), rows_per_second=raw.get("rowsPerSecond"),
+                          eta_seconds=raw.get("etaSeconds"), paused=bool(raw.get("paused")),
+                          finished=bool(raw.get("finished")), version=raw.get("version"))
 
 
 def _bounded(value: Any) -> Any:

@@ -91,12 +91,16 @@ def main() -> None:
     endpoint_url, *extra = sys.argv[1:]
     backend = Backend.s3("s3://unused", endpoint_url=endpoint_url)
     spark = build_session(spark_conf(backend, 10_000, {**SETTINGS, **json.loads(extra[0] if extra else "{}")}))
-    commands = {"append": append, "put-if-absent": put_if_absent, "create": create, "merge": merge}
+    # Each command with its number of arguments: the last one takes the rest of the line
+    # (a text or a JSON body may hold spaces).
+    commands = {"append": (append, 3), "put-if-absent": (put_if_absent, 2), "create": (create, 2),
+                "merge": (merge, 2)}
     print(ANSWER + "ready", flush=True)
     for line in sys.stdin:
-        command, *args = line.split(maxsplit=2)
+        command, _, rest = line.strip().partition(" ")
+        run, arity = commands[command]
         try:
-            answer = commands[command](spark, *args)
+            answer = run(spark, *rest.split(maxsplit=arity - 1))
         except Py4JJavaError as error:
             java = error.java_exception
             answer = f"failed {java.getClass().getName()}: {java.getMessage()}"

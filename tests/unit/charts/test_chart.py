@@ -182,7 +182,7 @@ def test_the_operator_gets_exactly_the_permissions_its_readme_lists() -> None:
     assert rules(rendered.one("ClusterRole", PIPELINES_ROLE)) == {
         ("sparkapp.dev", "persistentpipelines"): {"get", "list", "watch", "patch", "update"},
         ("sparkapp.dev", "persistentpipelines/status"): {"get", "update"},
-        ("", "pods"): {"get", "list", "watch", "create", "delete"},
+        ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
         ("", "pods/log"): {"get"},
         ("", "services"): {"get", "create"},
         ("", "events"): {"create", "patch"},

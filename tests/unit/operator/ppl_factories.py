@@ -11,7 +11,7 @@ from typing import Any
 from pipeline_operator import names
 from pipeline_operator.lifecycle import Observed, Tunables
 from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart
-from pipeline_operator.observe import DriverPod, DriverReport, QueryReport
+from pipeline_operator.observe import BackfillReport, DriverPod, DriverReport, QueryReport
 from pipeline_operator.policy import StateRoot, state_root
 from pipeline_operator.spec import PipelineSpec, parse_spec
 
@@ -127,4 +127,8 @@ RICH_MEMORY = Memory(
         "empty": QueryReport(),
     }),
     conditions=CONDITIONS,
+    backfills={"accounts": BackfillReport(rows_read=375, rows_total=1000, percent=37.5, rows_per_second=1200.0,
+                                          eta_seconds=240.0, version=7),
+               "users": BackfillReport(rows_read=10, rows_total=10, percent=100.0, finished=True, version=3)},
+    backfill_seen_at=NOW - 4.25,
 )

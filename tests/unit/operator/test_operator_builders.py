@@ -109,16 +109,18 @@ def test_the_driver_pod_is_named_labelled_annotated_and_owned() -> None:
     assert meta["labels"][names.LABEL_PIPELINE] == NAME and meta["labels"][names.LABEL_ROLE] == "driver"
     assert meta["annotations"] == {names.ANNOTATION_EPOCH: "4", names.ANNOTATION_SPEC_HASH: s.pod_hash,
                                    names.ANNOTATION_RESTART_NONCE: "n1",
-                                   names.ANNOTATION_STATE_ROOT: "pvc://state/team/wc"}
+                                   names.ANNOTATION_STATE_ROOT: "pvc://state/team/wc",
+                                   contract.LIVE_SETTINGS_ANNOTATION: '{"backfill":{}}'}
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["terminationGracePeriodSeconds"] == 30
     container = pod["spec"]["containers"][0]
     assert container["args"] == ["driver", "examples/wordcount.py", "--input", "/data/in", "--output", "/data/out.jsonl"]
     assert container["terminationMessagePath"] == contract.TERMINATION_LOG
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert pod["spec"]["volumes"] == [*podsecurity.scratch_volumes(),
-                                      {"name": "state", "persistentVolumeClaim": {"claimName": "state"}}]
-    assert container["volumeMounts"] == [*podsecurity.scratch_mounts(),
-                                         {"name": "state", "mountPath": "/var/lib/spark-app/state"}]
+    assert pod["spec"]["volumes"][:-1] == [*podsecurity.scratch_volumes(),
+                                           {"name": "state", "persistentVolumeClaim": {"claimName": "state"}}]
+    assert container["volumeMounts"][:-1] == [*podsecurity.scratch_mounts(),
+                                              {"name": "state", "mountPath": "/var/lib/spark-app/state"}]
+    assert pod["spec"]["volumes"][-1]["name"] == container["volumeMounts"][-1]["name"] == "live-settings"
     assert "ports" not in container
 
 
@@ -128,8 +130,8 @@ def test_a_module_pipeline_runs_with_dash_m() -> None:
 
 def test_an_s3_driver_mounts_no_claim() -> None:
     pod = driver_pod(spec(S3_SPEC))
-    assert pod["spec"]["volumes"] == podsecurity.scratch_volumes()
-    assert pod["spec"]["containers"][0]["volumeMounts"] == podsecurity.scratch_mounts()
+    assert pod["spec"]["volumes"][:-1] == podsecurity.scratch_volumes()  # and the live settings
+    assert pod["spec"]["containers"][0]["volumeMounts"][:-1] == podsecurity.scratch_mounts()
 
 
 def test_the_pod_template_adds_to_the_pod_and_the_operators_fields_win() -> None:
@@ -148,11 +150,13 @@ def test_the_pod_template_adds_to_the_pod_and_the_operators_fields_win() -> None
     pod = driver_pod(spec(driver={"podTemplate": template, "env": [{"name": "TZ", "value": "UTC"}]}))
     assert pod["metadata"]["labels"]["team"] == "ads" and pod["metadata"]["labels"][names.LABEL_PIPELINE] == NAME
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["nodeSelector"] == {"pool": "spark"}
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "spark-local", "cache", "data", "state"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "spark-local", "cache", "data", "state",
+                                                           "live-settings"]
     driver, sidecar = pod["spec"]["containers"]
     assert (driver["name"], sidecar["name"]) == ("driver", "sidecar")
     assert driver["command"] == ["sh", "-c", "exec sleep 1000"] and driver["image"] == spec().image
-    assert [m["mountPath"] for m in driver["volumeMounts"]][-2:] == ["/data", "/var/lib/spark-app/state"]
+    assert [m["mountPath"] for m in driver["volumeMounts"]][-3:] == ["/data", "/var/lib/spark-app/state",
+                                                                       "/etc/spark-app/live"]
     env = [v["name"] for v in driver["env"]]
     assert env[0] == "EXTRA" and "TZ" in env and contract.EPOCH in env
 
@@ -207,3 +211,17 @@ def test_path_style_off_reaches_the_driver_its_sources_and_the_cleanup_pod() -> 
     assert DriverEnvironment.from_env(env).s3.path_style_addressing is False  # what the sources and dead letters use
     cleanup = {e["name"]: e.get("value") for e in builders.cleanup_pod(s, owner=OWNER)["spec"]["containers"][0]["env"]}
     assert (cleanup[contract.S3_ENDPOINT], cleanup[contract.S3_PATH_STYLE]) == ("http://127.0.0.1:9000", "false")
+
+
+def test_the_driver_reads_its_live_settings_from_a_file_the_kubelet_keeps_equal_to_an_annotation() -> None:
+    s = spec(inputs=[{"persistentId": "accounts", "backfill": {"rowsPerSecond": 0}}])
+    pod = driver_pod(s)
+    annotation = pod["metadata"]["annotations"][contract.LIVE_SETTINGS_ANNOTATION]
+    assert contract.LiveSettings.from_json(annotation).backfill_rates == {"accounts": 0}
+    volume = next(v for v in pod["spec"]["volumes"] if "downwardAPI" in v)
+    [item] = volume["downwardAPI"]["items"]
+    assert item["fieldRef"]["fieldPath"] == f"metadata.annotations['{contract.LIVE_SETTINGS_ANNOTATION}']"
+    container = pod["spec"]["containers"][0]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env[contract.LIVE_SETTINGS_FILE] == f"{mount['mountPath']}/{item['path']}" and mount["readOnly"]

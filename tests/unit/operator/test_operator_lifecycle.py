@@ -17,7 +17,7 @@ from pipeline_operator.lifecycle import (
     next_action,
 )
 from pipeline_operator.memory import MAX_MESSAGE_CHARS, Checkpoint, Failure, Halt, Memory
-from pipeline_operator.observe import QueryReport
+from pipeline_operator.observe import BackfillReport, QueryReport
 from ppl_factories import NOW, TUNABLES, driver, ended, launched, observed, report, root_of, spec
 
 from spark_app import contract
@@ -588,3 +588,38 @@ def test_invariants_hold_in_any_sequence_of_events(events: list[str], policy: st
             pod = replace(pod, terminating=True)
         elif isinstance(d.action, Remove):
             pod = None
+
+
+def _backfill(percent: float, **fields: object) -> BackfillReport:
+    return BackfillReport(rows_read=int(percent * 10), rows_total=1000, percent=percent, version=4,
+                          **fields)  # type: ignore[arg-type]
+
+
+def test_a_backfill_is_shown_and_its_start_pause_resume_and_end_are_announced_once() -> None:
+    memory = launched(S, driver_uid="pod-1", announced_epoch=1)
+    steps = [(NOW, _backfill(10, rows_per_second=500.0, eta_seconds=180.0), ["BackfillStarted"]),
+             (NOW + 1, _backfill(20, rows_per_second=500.0, eta_seconds=160.0), []),
+             (NOW + 2, _backfill(20, paused=True), ["BackfillPaused"]),
+             (NOW + 3, _backfill(20, paused=True), []),
+             (NOW + 4, _backfill(30, rows_per_second=100.0), ["BackfillResumed"]),
+             (NOW + 5, _backfill(100, finished=True), ["BackfillFinished"]),
+             (NOW + 99, _backfill(100, finished=True), [])]
+    for now, progress, expected in steps:
+        r = replace(report(reported_at=now - 1), backfills={"accounts": progress})
+        d = decide(S, memory, driver=driver(S, report=r), now=now)
+        assert [r for r in reasons(d) if r.startswith("Backfill")] == expected, (now, progress)
+        if expected:
+            assert d.memory.backfills == {"accounts": progress}
+        memory = d.memory
+    assert memory.describe_backfills() == "done"
+
+
+def test_backfill_progress_follows_at_most_every_refresh_interval() -> None:
+    memory = launched(S, driver_uid="pod-1", announced_epoch=1)
+    first = decide(S, memory, driver=driver(S, report=replace(report(), backfills={"a": _backfill(10)})))
+    soon = decide(S, first.memory, driver=driver(S, report=replace(report(), backfills={"a": _backfill(11)})),
+                  now=NOW + 1)
+    assert soon.memory.backfills == first.memory.backfills
+    later = decide(S, first.memory, driver=driver(S, report=replace(report(), backfills={"a": _backfill(40)})),
+                   now=NOW + TUNABLES.checkpoint_refresh_seconds)
+    assert later.memory.backfills["a"].percent == 40

@@ -112,7 +112,7 @@ def test_every_pod_the_operator_builds_meets_pod_security_restricted(s: Pipeline
 def test_the_driver_writes_only_to_its_scratch_volumes_and_claims() -> None:
     pod = builders.driver_pod(spec(), epoch=1, state_root="pvc://state/team/wc", owner=OWNER)["spec"]
     driver = pod["containers"][0]
-    assert {m["mountPath"] for m in driver["volumeMounts"]} == {
+    assert {m["mountPath"] for m in driver["volumeMounts"] if not m.get("readOnly")} == {
         "/tmp", podsecurity.LOCAL_DIR, podsecurity.CACHE_DIR, "/var/lib/spark-app/state"}
     assert {v["name"]: v for v in pod["volumes"]}["tmp"] == {"name": "tmp", "emptyDir": {}}
     conf = json.loads({e["name"]: e for e in driver["env"]}[contract.SPARK_CONF]["value"])

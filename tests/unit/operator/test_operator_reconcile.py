@@ -70,6 +70,14 @@ class FakeKube:
         elif name in self.pods:
             self.pods[name]["metadata"]["deletionTimestamp"] = "2027-01-15T08:05:00Z"
 
+    def annotate_pod(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> bool:
+        pod = self.pods.get(name)
+        if pod is None or pod["metadata"]["uid"] != uid:
+            return False
+        self.calls.append(f"annotate_pod {name} {sorted(annotations)}")
+        pod["metadata"]["annotations"].update(annotations)
+        return True
+
     def ensure_service(self, service: dict[str, Any]) -> None:
         self.calls.append(f"ensure_service {service['metadata']['name']}")
 
@@ -278,3 +286,26 @@ def test_a_privileged_template_is_refused_unless_the_operator_allows_it(metrics:
     Reconciler(allowed, Settings(allow_privileged_pod_templates=True), metrics,  # type: ignore[arg-type]
                clock=lambda: NOW).reconcile(NAMESPACE, NAME)
     assert allowed.pods["wc-driver"]["spec"]["hostNetwork"] is True
+
+
+def test_a_backfill_rate_changed_in_the_spec_reaches_the_running_driver_without_a_restart(metrics: Metrics) -> None:
+    kube = FakeKube(raw(inputs=[{"persistentId": "accounts", "backfill": {"rowsPerSecond": 1000}}]))
+    reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
+    pod = kube.pods["wc-driver"]
+    pod["status"] = {"phase": "Running"}
+    kube.calls.clear()
+    reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
+    assert not any(c.startswith("annotate_pod") for c in kube.calls)
+
+    assert kube.resource is not None
+    kube.resource["spec"]["inputs"][0]["backfill"]["rowsPerSecond"] = 0
+    kube.resource["metadata"]["generation"] = 2
+    outcome = reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
+    settings = pod["metadata"]["annotations"][contract.LIVE_SETTINGS_ANNOTATION]
+    assert contract.LiveSettings.from_json(settings).backfill_rates == {"accounts": 0}
+    assert not any(c.startswith(("delete_pod", "create_pod")) for c in kube.calls)
+    [event] = [e for e in outcome.events if e.reason == "LiveSettingsChanged"]
+    assert "accounts paused" in event.message
+    kube.calls.clear()
+    reconciler(kube, metrics).reconcile(NAMESPACE, NAME)
+    assert not any(c.startswith("annotate_pod") for c in kube.calls)

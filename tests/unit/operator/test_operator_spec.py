@@ -138,6 +138,7 @@ def test_the_pod_hash_changes_with_what_shapes_the_pod(changes: dict[str, object
     {"state": "suspended"}, {"restartNonce": "n"}, {"restartPolicy": {"maxFailures": 1}},
     {"persistence__degradedAfterSeconds": 100}, {"persistence__onDelete": "Delete"},
     {"driver": {"stuckAfterSeconds": 5}}, {"upgradeMode": "stateless"},
+    {"inputs": [{"persistentId": "accounts", "backfill": {"rowsPerSecond": 0}}]},
 ])
 def test_the_pod_hash_ignores_what_does_not(changes: dict[str, object]) -> None:
     assert spec(**changes).pod_hash == spec().pod_hash
@@ -163,3 +164,29 @@ def test_a_byte_bound_that_is_not_a_quantity_is_refused_with_its_field() -> None
     with pytest.raises(InvalidSpec, match=r"spec.application.sourceDefaults.maxBytesPerTrigger: must be a positive"):
         parse_spec({"application": {"file": "p.py", "sourceDefaults": {"maxBytesPerTrigger": "lots"}},
                     "persistence": {"filesystem": {"claimName": "state"}}}, namespace="n", name="p")
+
+
+def test_inputs_give_the_driver_its_live_backfill_rates() -> None:
+    s = spec(inputs=[{"persistentId": "accounts", "backfill": {"rowsPerSecond": 1000}},
+                     {"persistentId": "users", "backfill": {"rowsPerSecond": None}},
+                     {"persistentId": "events", "backfill": {}}, {"persistentId": "clicks"}])
+    assert s.live_settings.backfill_rates == {"accounts": 1000, "users": None, "events": None}
+    assert spec().live_settings.to_json() == '{"backfill":{}}'
+
+
+@pytest.mark.parametrize(("inputs", "field", "reason"), [
+    ([{"persistentId": "a b"}], "spec.inputs[0].persistentId", "may use only letters"),
+    ([{"persistentId": "a"}, {"persistentId": "a"}], "spec.inputs[1].persistentId", "listed twice"),
+    ([{"persistentId": "a", "backfill": {"rowsPerSecond": -1}}], "spec.inputs[0].backfill.rowsPerSecond",
+     "at least 0"),
+    ([{"persistentId": "a", "backfill": {"rowsPerSecond": "fast"}}], "spec.inputs[0].backfill.rowsPerSecond",
+     "must be an integer"),
+    ([{"backfill": {}}], "spec.inputs[0].persistentId", "must not be empty"),
+    ({"persistentId": "a"}, "spec.inputs", "must be a list"),
+])
+def test_a_bad_input_is_refused_with_its_field(inputs: object, field: str, reason: str) -> None:
+    from pipeline_operator.errors import InvalidSpec
+
+    with pytest.raises(InvalidSpec) as refused:
+        spec(inputs=inputs)
+    assert any(p.field == field and reason in p.reason for p in refused.value.problems), refused.value.problems

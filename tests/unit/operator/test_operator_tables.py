@@ -15,7 +15,7 @@ from pipeline_operator.lifecycle import Launch, next_action
 from pipeline_operator.memory import Memory, bounded_tables
 from pipeline_operator.metrics import Metrics
 from pipeline_operator.policy import resolve_inputs
-from pipeline_operator.spec import Input, PublishedTable, TableReference, parse_spec
+from pipeline_operator.spec import Input, InputBackfill, PublishedTable, TableReference, parse_spec
 from pipeline_operator.status import read_memory, render
 from ppl_factories import NOW, S3_SPEC, TUNABLES, observed, raw
 
@@ -39,12 +39,14 @@ def publisher(namespace: str = "team", base: dict[str, Any] | None = None, *, ta
 
 def test_inputs_and_tables_are_parsed_with_their_defaults() -> None:
     spec = reader(tables=[{"name": "tiers", "readers": ["analytics"], "maxHoldAgeSeconds": 3600}])
-    assert spec.inputs == (Input("customers", TableReference("team", "orders", "customers")),)
+    assert spec.inputs == (Input("customers", table=TableReference("team", "orders", "customers")),)
     assert spec.tables == (PublishedTable("tiers", ("analytics",), 3600),)
-    # An entry may carry other settings beside (or instead of) a table: they are not the operator's to resolve.
-    other = parse_spec(raw(inputs=[{"persistentId": "big", "backfill": {"rowsPerSecond": 10}}]),
-                       namespace="team", name="x")
-    assert other.inputs == (Input("big"),) and other.table_inputs == ()
+    # A backfill's rate sits beside the table in one entry (issue 22's live setting), or alone.
+    both = parse_spec(raw(inputs=[{**READ, "backfill": {"rowsPerSecond": 10}}, {"persistentId": "big"}]),
+                      namespace="team", name="x")
+    assert both.inputs == (Input("customers", InputBackfill(10), TableReference("team", "orders", "customers")),
+                           Input("big"))
+    assert both.table_inputs == ((both.inputs[0], both.inputs[0].table),)
 
 
 @pytest.mark.parametrize(("changes", "field"), [
@@ -129,6 +131,9 @@ def test_the_driver_is_told_its_tables_and_the_publishers_settings_never_credent
     assert environment.tables == {"tiers": contract.TableSettings(max_hold_age_seconds=600)}
     # Which tables it reads shapes the pod: a change relaunches it; none leaves the hash as it was.
     assert spec.pod_hash != reader(tables=[]).pod_hash
+    rated = reader(inputs=[{**READ, "backfill": {"rowsPerSecond": 5}}], tables=[{"name": "tiers",
+                                                                                "maxHoldAgeSeconds": 600}])
+    assert rated.pod_hash == spec.pod_hash  # a backfill's rate is a live setting: no restart
     plain = parse_spec(raw(), namespace="team", name="tiers")
     assert plain.pod_hash == parse_spec(raw(inputs=[]), namespace="team", name="tiers").pod_hash
 
