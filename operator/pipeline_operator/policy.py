@@ -172,10 +172,10 @@ class ResolvedInputs:
     waiting: tuple[str, ...] = ()
 
 
-def resolve_inputs(spec: PipelineSpec, publishers: Mapping[tuple[str, str], Mapping[str, Any] | None]
+def resolve_inputs(spec: PipelineSpec, publishers: Mapping[tuple[str, str], Mapping[str, Any] | str | None]
                    ) -> ResolvedInputs:
     """Where each ``spec.inputs[].table`` is, from its publisher's resource (as read, by
-    namespace and name; None: absent). A table is readable once its publisher lists it in
+    namespace and name; None: absent; a string: why it could not be read). A table is readable once its publisher lists it in
     spec.tables, grants the reader's namespace, and has reported a version of it; until
     then the reader waits, and starts by itself when that changes (the caller rechecks).
 
@@ -193,9 +193,11 @@ def resolve_inputs(spec: PipelineSpec, publishers: Mapping[tuple[str, str], Mapp
     return ResolvedInputs(tuple(tables), tuple(waiting))
 
 
-def _table_input(spec: PipelineSpec, ref: TableReference, resource: Mapping[str, Any] | None
+def _table_input(spec: PipelineSpec, ref: TableReference, resource: Mapping[str, Any] | str | None
                  ) -> contract.TableInput | str:
     publisher = f"PersistentPipeline {ref.namespace}/{ref.pipeline}"
+    if isinstance(resource, str):
+        return f"{publisher} cannot be read: {resource}"
     if resource is None:
         return f"{publisher} does not exist (yet)"
     try:
@@ -215,8 +217,9 @@ def _table_input(spec: PipelineSpec, ref: TableReference, resource: Mapping[str,
         return "no version yet (its publisher has not committed a batch of it)"
     backend, own = published.persistence.backend, spec.persistence.backend
     if isinstance(backend, FilesystemBackend):
-        if not isinstance(own, FilesystemBackend) or own.claim_name != backend.claim_name:
-            return (f"it lives on claim {backend.claim_name}, which this pipeline does not mount: keep this "
-                    "pipeline's state on the same claim, or the publisher's on S3")
+        if (not isinstance(own, FilesystemBackend) or own.claim_name != backend.claim_name
+                or spec.namespace != ref.namespace):
+            return (f"it lives on claim {backend.claim_name} of namespace {ref.namespace}, which this pipeline "
+                    "does not mount: keep this pipeline's state on the same claim, or the publisher's on S3")
         return contract.TableInput(table=str(ref), uri=f"{uri_in_pod(root)}/tables/{ref.name}")
     return contract.TableInput(table=str(ref), uri=f"{root}/tables/{ref.name}", s3=backend.options)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeline_operator import builders, names, observe, policy, status
-from pipeline_operator.errors import InvalidSpec
+from pipeline_operator.errors import InvalidSpec, Refused
 from pipeline_operator.kube import Kube
 from pipeline_operator.lifecycle import (
     CreateCleanup,
@@ -137,8 +137,15 @@ class Reconciler:
         reader waiting for a table starts by itself once the table appears."""
         if not spec.table_inputs:
             return policy.ResolvedInputs()
-        keys = {(ref.namespace, ref.pipeline) for _, ref in spec.table_inputs}
-        return policy.resolve_inputs(spec, {key: self._kube.get_pipeline(*key) for key in keys})
+        publishers: dict[tuple[str, str], Mapping[str, Any] | str | None] = {}
+        for key in {(ref.namespace, ref.pipeline) for _, ref in spec.table_inputs}:
+            try:
+                publishers[key] = self._kube.get_pipeline(*key)
+            except Refused as refused:
+                # An operator that serves listed namespaces only: say so on the reader.
+                publishers[key] = (f"the operator may not read PersistentPipelines in namespace {key[0]} "
+                                   f"({refused.status})")
+        return policy.resolve_inputs(spec, publishers)
 
     def _refusal(self, resource: Mapping[str, Any], spec: PipelineSpec, memory: Memory,
                  tables: tuple[contract.TableInput, ...]) -> tuple[str, ...]:

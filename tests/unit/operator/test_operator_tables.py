@@ -82,6 +82,8 @@ def test_a_table_is_resolved_where_the_driver_reaches_it() -> None:
 
 @pytest.mark.parametrize(("found", "says"), [
     (None, "PersistentPipeline team/orders does not exist (yet)"),
+    ("the operator may not read PersistentPipelines in namespace team (403)",
+     "PersistentPipeline team/orders cannot be read: the operator may not read"),
     (publisher(tables=[]), "does not publish a table 'customers'"),
     (publisher(version=None), "no version yet"),
     (publisher(root=""), "no version yet"),
@@ -206,3 +208,50 @@ def test_a_deleted_pipeline_without_tables_to_release_keeps_its_state_at_once() 
     decision = next_action(observed(parse_spec(raw(), namespace="team", name="x"), Memory(), deleting=True),
                            TUNABLES)
     assert isinstance(decision.action, Release)
+
+
+def test_a_reader_created_before_its_publisher_waits_then_launches_with_the_tables_location() -> None:
+    from pipeline_operator.errors import Refused
+    from pipeline_operator.reconcile import Reconciler
+    from pipeline_operator.settings import Settings
+    from test_operator_reconcile import FakeKube
+
+    class Cluster(FakeKube):
+        def __init__(self, spec: dict[str, Any]) -> None:
+            super().__init__(spec)
+            self.publishers: dict[tuple[str, str], dict[str, Any] | None] = {}
+            self.forbidden: set[str] = set()
+
+        def get_pipeline(self, namespace: str, name: str) -> dict[str, Any] | None:
+            if (namespace, name) == ("team", "wc"):
+                return super().get_pipeline(namespace, name)
+            if namespace in self.forbidden:
+                raise Refused(403, "forbidden")
+            return self.publishers.get((namespace, name))
+
+    kube = Cluster(raw(inputs=[READ, {**READ, "persistentId": "far", "table": {**READ["table"], "namespace": "x"}}]))
+    kube.forbidden.add("x")
+    reconciler = Reconciler(kube, Settings(), Metrics(), clock=lambda: NOW)  # type: ignore[arg-type]
+    outcome = reconciler.reconcile("team", "wc")
+    assert kube.resource is not None and kube.resource["status"]["phase"] == "Pending"
+    message = kube.resource["status"]["message"]
+    assert "spec.inputs[0].table team/orders/customers: PersistentPipeline team/orders does not exist" in message
+    assert "spec.inputs[1].table x/orders/customers: PersistentPipeline x/orders cannot be read" in message
+    assert [e.reason for e in outcome.events] == ["WaitingForTable"] and kube.pods == {}
+    # The publisher appears and commits a version; the other namespace's grant too.
+    kube.publishers[("team", "orders")] = publisher()
+    kube.forbidden.clear()
+    kube.publishers[("x", "orders")] = publisher("x", tables=[{"name": "customers", "readers": ["team"]}],
+                                                 root="pvc://state/x/orders")
+    reconciler.reconcile("team", "wc")
+    # A claim is per namespace: the same claim name in x is another volume.
+    assert "claim state of namespace x" in kube.resource["status"]["message"] and kube.pods == {}
+    kube.publishers[("x", "orders")] = publisher("x", S3_SPEC, tables=[{"name": "customers", "readers": ["team"]}],
+                                                 root="s3://pipelines/x/orders")
+    reconciler.reconcile("team", "wc")
+    pod = kube.pods["wc-driver"]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    tables = contract.table_inputs_from_env({contract.TABLE_INPUTS: env[contract.TABLE_INPUTS]})
+    assert [(t.table, t.uri) for t in tables] == [
+        ("team/orders/customers", "/var/lib/spark-app/state/team/orders/tables/customers"),
+        ("x/orders/customers", "s3://pipelines/x/orders/tables/customers")]
