@@ -17,7 +17,6 @@ from ppl_cluster import (
     DRIVER_RBAC,
     GROUP,
     PLURAL,
-    PV_ROOT,
     RESTRICTED,
     VERSION,
     Namespace,
