@@ -195,12 +195,14 @@ def release_holds(folders: Sequence[Backend], reader: str, keys: Mapping[str, S3
     done = []
     for folder in folders:
         registry = HoldRegistry(folder.storage(keys=keys.get(folder.root)))
+        released = 0
         for hold in registry.holds():
             if (hold.reader.namespace, hold.reader.pipeline) == (namespace, pipeline):
                 registry.release(hold.reader)
                 registry.clear_broken(hold.reader)
+                released += 1
                 done.append(f"released the hold of {hold.reader} on {folder.root} (version {hold.version})")
-        if not done:
+        if not released:
             done.append(f"{reader} held nothing on {folder.root}")
     return done
 
