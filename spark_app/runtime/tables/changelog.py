@@ -75,21 +75,29 @@ class ChangelogTracker:
     def caught_up(self, committed: Offset | None) -> bool:
         """Caught up once no version after its committed position changed the table's
         data. Delta's offset after the last file of a version is that version at
-        END_INDEX, and it stays there through versions that change no data (the
-        compaction's OPTIMIZE, an empty batch's MERGE), which the stream skips."""
+        END_INDEX, or at the index of that file, or the next version at BASE_INDEX; it
+        stays put through versions that change no data (the compaction's OPTIMIZE, an
+        empty batch's MERGE), which the stream skips."""
         latest = self._log.latest()
         if latest is None:
             return True
         if committed is None:
             return False
         position = ChangelogPosition.from_offset(dict(committed))
-        if position.index >= END_INDEX:
-            unread = position.version + 1
-        elif position.index < 0:  # nothing of that version read yet (Delta's BASE_INDEX, metadata indexes)
-            unread = position.version
-        else:
-            return False
         try:
+            if position.index >= END_INDEX:
+                unread = position.version + 1
+            elif position.index < 0:  # nothing of that version read yet (Delta's BASE_INDEX, metadata indexes)
+                unread = position.version
+            elif position.snapshot:
+                return False  # part way through the table's contents as of that version
+            else:
+                # Delta leaves the offset at the index of the last file it read when the version
+                # is the latest (files are indexed from 0 in the order of the version's changes).
+                done = position.index >= len(self._log.commit(position.version).change_files) - 1
+                if not done:
+                    return False
+                unread = position.version + 1
             return not any(self._log.commit(v).change_files for v in range(unread, latest + 1))
         except NotFound:
             return False  # its commit is gone: the reader is behind the compaction, not caught up

@@ -12,9 +12,9 @@ from spark_app.state.delta_log import commit_key
 from spark_app.storage import FilesystemStorage
 
 
-def commit(storage: FilesystemStorage, version: int, *, data: bool) -> None:
+def commit(storage: FilesystemStorage, version: int, *, data: bool, files: int = 1) -> None:
     actions = [{"commitInfo": {"timestamp": version, "operation": "MERGE" if data else "OPTIMIZE"}},
-               {"add": {"path": f"part-{version}.parquet", "dataChange": data}}]
+               *({"add": {"path": f"part-{version}-{n}.parquet", "dataChange": data}} for n in range(files))]
     storage.write(commit_key(version), "\n".join(json.dumps(a) for a in actions).encode())
 
 
@@ -33,13 +33,15 @@ def test_caught_up_means_no_unread_version_changed_data(tmp_path: Path) -> None:
     assert tracker.caught_up(offset(2, END_INDEX))
     assert tracker.caught_up(offset(2, END_INDEX, snapshot=True))  # the snapshot of the latest, read whole
     assert not tracker.caught_up(offset(1, END_INDEX))
-    assert not tracker.caught_up(offset(2, 0))  # part of the latest version
+    assert tracker.caught_up(offset(2, 0))  # the index of the latest version's last (only) file
+    assert not tracker.caught_up(offset(2, 0, snapshot=True))  # part of its contents
     assert not tracker.caught_up(offset(2, -1))
     commit(storage, 3, data=False)  # a compaction's OPTIMIZE: Delta's offset stays at version 2
     assert tracker.caught_up(offset(2, END_INDEX))
     assert tracker.caught_up(offset(3, -1))
-    commit(storage, 4, data=True)
+    commit(storage, 4, data=True, files=3)
     assert not tracker.caught_up(offset(2, END_INDEX))
+    assert not tracker.caught_up(offset(4, 1)) and tracker.caught_up(offset(4, 2))
     assert tracker.caught_up(offset(5, -1))
     assert tracker.describe(offset(4, END_INDEX, snapshot=True)) == "snapshot of version 4"
     assert tracker.counters({}, None, offset(4, 3)) == {"version": 4}
