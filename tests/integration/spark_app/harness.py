@@ -77,7 +77,9 @@ class Driver:
         the driver's Python, its JVM, Spark's Python workers. Proportional (PSS): a page
         that forked workers share counts once in their sum, not once per process. A JVM's
         child that has not yet exec'd (the JDK spawns commands with vfork, so the child
-        shares the JVM's very address space and reports all of it) is not counted."""
+        shares the JVM's very address space and reports all of it) is not counted: it
+        has its parent's command line, and the name of the thread that forked it (so its
+        name does not say java)."""
         assert self.process is not None
         group: dict[str, tuple[str, str, str]] = {}
         for entry in os.listdir("/proc"):
@@ -95,7 +97,7 @@ class Driver:
                 group[entry] = (head, fields[1], command)  # field 4: the parent
         found = {}
         for entry, (head, parent, command) in group.items():
-            if "java" in head and parent in group and "java" in group[parent][0]:
+            if parent in group and "java" in group[parent][0] and command == group[parent][2]:
                 continue  # a vforked child of the JVM, about to exec a command
             words = command.split(" -m ")[-1].split() or ["(exiting)"]
             kind = "jvm" if "java" in head else ("driver" if int(entry) == self.process.pid else words[0][:40])
