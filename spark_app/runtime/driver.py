@@ -152,6 +152,9 @@ class Driver:
                                           requested_epoch=config.epoch, owner=config.pipeline,
                                           log_retained=config.log_retained)
         self.report()
+        # Renewed from now on, not once the pipeline runs: a start (a busy node's JVM, a
+        # large first batch) may outlast the lease, and the next driver would take over.
+        threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
@@ -167,7 +170,6 @@ class Driver:
             self._start_query(name)
             if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
                 self._wait_for_first_trigger(name)
-        threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         self._state = "running"
         log.info("pipeline running at epoch %d: %s", self._session.epoch, ", ".join(
             f"{o.name} -> {o.path}" for q in self._pipeline.queries.values() for o in q.sink.outputs()))
