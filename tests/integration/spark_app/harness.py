@@ -138,6 +138,14 @@ def write_csv(folder: Path, name: str, header: str, rows: list[str]) -> None:
     temp.rename(folder / name)
 
 
+def write_jsonlines(folder: Path, name: str, lines: list[str]) -> None:
+    """Writes a JSON-lines file aside, then renames it into place (atomic arrival)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = folder / f".{name}.tmp"
+    temp.write_text("".join(line + "\n" for line in lines))
+    temp.rename(folder / name)
+
+
 def read_changelog(path: Path) -> list[dict[str, Any]]:
     """The lines of an output; a NUL byte (a hole left by a write past the end) fails."""
     if not path.exists():
