@@ -10,6 +10,7 @@ driver. A driver superseded by a higher epoch stops without committing (Fenced).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -27,11 +28,14 @@ from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints
 from spark_app.runtime.jvm.session import spark_conf
+from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
 from spark_app.runtime.sinks.base import OutputDamaged
 from spark_app.runtime.sources.files import SourceOrderChanged
+from spark_app.runtime.sources.kafka import DEAD_LETTER_PROPERTY, KafkaDataLost, data_lost_in_spark
+from spark_app.runtime.sources.kafka import lag as kafka_lag
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
@@ -64,6 +68,7 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (LeaseDamaged, contract.EXIT_MISCONFIGURED),
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
     (StateDamaged, contract.EXIT_MISCONFIGURED),
+    (KafkaDataLost, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
 ]
 
@@ -144,11 +149,16 @@ class Driver:
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
-        dead_letter = Backend.from_uri(config.dead_letter_uri or self._pipeline.default_dead_letter(), options=s3)
+        beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()
+        dead_letter = (Backend.from_uri(beside_output, options=s3) if beside_output else
+                       dataclasses.replace(config.snapshot_storage, root=config.snapshot_storage.root.rstrip("/") + "/dead-letters"))
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
                                      {**config.source_limits, "index_compact_after": config.index_compact_after})
+        # Inherited by the queries started from this thread, and sent with their tasks: where
+        # Kafka sources' tasks set messages aside (the queries' plans were fixed before now).
+        spark.sparkContext.setLocalProperty(DEAD_LETTER_PROPERTY, json.dumps(dead_letter.to_json()))
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
-            handler = BatchHandler(name, spec, self, snapshots, dead_letter)
+            handler = BatchHandler(name, spec, self, snapshots, dead_letter, self._pipeline.kafka)
             self._handlers[name] = handler
             self._start_query(name)
             if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
@@ -216,6 +226,10 @@ class Driver:
         if error is None:
             raise RuntimeError(f"query {name} stopped by itself")
         message = _first_line(str(error))
+        kafka_sources = [pid for pid in self._pipeline.queries[name].sources if pid in self._pipeline.kafka]
+        lost = data_lost_in_spark(kafka_sources, str(error)) if kafka_sources else None
+        if lost is not None:
+            raise lost
         if not _looks_transient(str(error)):
             raise QueryFailed(f"query {name} failed: {message}")
         if restarts.started is None:
@@ -334,6 +348,7 @@ class Driver:
                 malformed=sum(c.get("malformed", 0) for c in sources),
                 file_problems=sum(c.get("file_problems", 0) for c in sources),
                 iterate=head.iterate if head else None,
+                lag=self._lag(name, progress, head),
                 active=bool(status.get("isTriggerActive")),
                 backlog=bool(status.get("isDataAvailable")),
                 input_rows_per_s=progress.get("inputRowsPerSecond"),
@@ -341,6 +356,19 @@ class Driver:
         session = self._session
         return contract.DriverReport(state=self._state, epoch=session.epoch if session else None,
                                      stored_epoch=session.previous_epoch if session else None, queries=queries)
+
+    def _lag(self, name: str, progress: Mapping[str, Any], head: QueryHead | None) -> dict[str, Any]:
+        """Per Kafka source, what its partitions hold beyond the committed offsets: the
+        latest offsets Spark saw last (its progress, sources in offset-log order)."""
+        order = self._pipeline.queries[name].offset_order
+        found: dict[str, Any] = {}
+        for pid, source in zip(order, progress.get("sources") or [], strict=False):
+            latest = source["latestOffset"] if pid in self._pipeline.kafka else None
+            if not latest or latest == "null":
+                continue
+            committed = parse_offsets(head.offsets.get(pid, {})) if head else {}
+            found[pid] = kafka_lag(parse_offsets(latest), committed)
+        return found
 
     # ---- used by the batch handlers ----------------------------------------------------
 
@@ -415,6 +443,14 @@ _TRANSIENT_MARKERS = (
     # itself (the lower epoch can no longer commit it).
     "Multiple streaming queries are concurrently using",
     "CONCURRENT_STREAM_LOG_UPDATE",
+    # A Kafka broker that did not answer in time (down, or being restarted); a Kafka output's
+    # batch the broker did not take.
+    "org.apache.kafka.common.errors.TimeoutException",
+    "KafkaWriteFailed",
+    # Spark 4.1's Kafka source fails the progress report of a batch replayed after a restart
+    # (SPARK-55271: its metrics read latest offsets it never fetched), after the batch is in
+    # Spark's commit log: the query restarted from there plans the next batch as usual.
+    'because the return value of "scala.Option.get()" is null',
 )
 
 

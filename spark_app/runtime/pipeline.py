@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
@@ -29,7 +31,9 @@ from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
 from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
+from spark_app.runtime.sinks.kafka import KafkaOutput
 from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, input_option
+from spark_app.runtime.sources.kafka import KafkaSourceSpec, MessagePlan, ParseMessages
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
 
 log = logging.getLogger("spark_app")
@@ -45,7 +49,8 @@ class PipelineError(Exception):
 class SourceSpec:
     persistent_id: str
     format: str
-    input: Backend
+    location: str
+    """What it reads (a folder, an S3 prefix, Kafka topics), for the state's identity."""
     schema: str
     generated_id: bool
 
@@ -59,6 +64,10 @@ class QuerySpec:
     df: DataFrame | None
     facts: PlanFacts
     sources: tuple[str, ...] = field(default_factory=tuple)
+    offset_order: tuple[str, ...] = field(default_factory=tuple)
+    """The persistent id of each line of Spark's offset log (and of each source in its
+    progress), in order: Spark's own order of the query's sources, a source repeated if
+    the plan reads it twice."""
 
 
 class Pipeline:
@@ -66,6 +75,8 @@ class Pipeline:
         self.environment = environment
         """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
+        self.kafka: dict[str, KafkaSourceSpec] = {}
+        """The Kafka sources by persistent id (connections with their credentials)."""
         self.queries: dict[str, QuerySpec] = {}
         self._spark: SparkSession | None = None
         self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
@@ -83,19 +94,7 @@ class Pipeline:
                    options: dict[str, str]) -> DataFrame:
         spark = self.spark()
         generated = persistent_id is None
-        if persistent_id is None:
-            self._generated += 1
-            persistent_id = f"{fmt}_{self._generated}"
-            warnings.warn(
-                f"source {path!r} has no persistent_id, so it was named {persistent_id!r} after the order "
-                "of creation; adding, removing or reordering sources will break its state. "
-                "Pass persistent_id='...' to keep it stable.",
-                stacklevel=3,
-            )
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
-            raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
-        if persistent_id in self.sources:
-            raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        persistent_id = self._persistent_id(fmt, path, persistent_id)
         backend = Backend.from_uri(path, options=self.environment.s3)
         reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
                   .option("persistent_id", persistent_id).option("format", fmt)
@@ -104,8 +103,45 @@ class Pipeline:
         for key, value in options.items():
             reader = reader.option(key, value)
         df = reader.load()
-        self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend, df.schema.simpleString(), generated)
+        self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend.root, df.schema.simpleString(), generated)
         return df
+
+    def add_kafka_source(self, spec: KafkaSourceSpec) -> DataFrame:
+        """Spark's Kafka source, its values parsed in tasks (spark_app.runtime.sources.kafka)."""
+        spark = self.spark()
+        self._persistent_id("kafka", spec.location, spec.persistent_id)
+        raw = spark.readStream.format("kafka").options(**spec.reader_options()).load()
+        value = StructType() if spec.value_format == "raw" else _ddl_schema(spark, spec.schema or "")
+        clash = [c for c in spec.columns if c in value.fieldNames()]
+        if clash:
+            raise PipelineError(f"Kafka source {spec.persistent_id!r}: columns {clash} are both in the value's "
+                                "schema and among the record's columns; rename the schema's fields or drop them "
+                                "from columns=")
+        output = StructType(list(value.fields) + [raw.schema[c] for c in spec.columns])
+        if spec.value_format == "raw":
+            output = StructType([raw.schema["value"], *output.fields])
+        plan = MessagePlan(spec.persistent_id, spec.value_format, to_arrow_schema(value), spec.columns, spec.csv)
+        df = raw.mapInArrow(ParseMessages(plan), output)
+        self.sources[spec.persistent_id] = SourceSpec(spec.persistent_id, f"kafka/{spec.value_format}", spec.location,
+                                                      value.simpleString(), False)
+        self.kafka[spec.persistent_id] = spec
+        return df
+
+    def _persistent_id(self, fmt: str, path: str, persistent_id: str | None) -> str:
+        if persistent_id is None:
+            self._generated += 1
+            persistent_id = f"{fmt}_{self._generated}"
+            warnings.warn(
+                f"source {path!r} has no persistent_id, so it was named {persistent_id!r} after the order "
+                "of creation; adding, removing or reordering sources will break its state. "
+                "Pass persistent_id='...' to keep it stable.",
+                stacklevel=4,
+            )
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", persistent_id):
+            raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
+        if persistent_id in self.sources:
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        return persistent_id
 
     def add_output(self, kind: str, df: DataFrame | FeedsOutputs, path: str, name: str | None,
                    key: list[str] | None, **options: Any) -> Output:
@@ -124,7 +160,7 @@ class Pipeline:
         if name in self.queries:
             raise PipelineError(f"two outputs are named {name!r}; pass name='...' to tell them apart")
         clash = [c for c in df.columns if c in RESERVED_COLUMNS]
-        if clash and kind == "jsonlines":
+        if clash and kind in ("jsonlines", "kafka"):
             raise PipelineError(f"output {name!r} has columns {clash}, which the changelog reserves "
                                 "for time and diff; rename them")
         facts = analyze(df)
@@ -136,9 +172,11 @@ class Pipeline:
         output: Output
         if kind == "jsonlines":
             output = JsonLinesOutput(name, path, facts.key)
+        elif kind == "kafka":
+            output = KafkaOutput(name, path, facts.key, options.get("message_key"), options["connection"])
         else:
             output = DeltaOutput(name, path, facts.key, **options)
-        self.queries[name] = QuerySpec(SingleSink(output), df, facts, source_ids(df))
+        self.queries[name] = QuerySpec(SingleSink(output), df, facts, source_ids(df), offset_order(df))
         return output
 
     def add_query(self, name: str, query: QuerySpec) -> None:
@@ -152,7 +190,7 @@ class Pipeline:
 
     def manifest(self) -> Manifest:
         return Manifest(
-            sources={pid: SourceIdentity(pid, s.format, s.schema, s.input.root) for pid, s in self.sources.items()},
+            sources={pid: SourceIdentity(pid, s.format, s.schema, s.location) for pid, s in self.sources.items()},
             queries={
                 name: QueryIdentity(name, q.sources, q.facts.stateful, q.facts.key)
                 for name, q in self.queries.items()
@@ -173,11 +211,13 @@ class Pipeline:
             return spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf)
         return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, self.environment.spark_conf)
 
-    def default_dead_letter(self) -> str:
+    def default_dead_letter(self) -> str | None:
+        """Beside the first output that is a file or a folder; None if none is (Kafka)."""
         outputs = [o for q in self.queries.values() for o in q.sink.outputs()]
         if not outputs:
             raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
-        return outputs[0].path.rstrip("/") + ".dead-letter"
+        files = [o for o in outputs if not isinstance(o, KafkaOutput)]
+        return files[0].path.rstrip("/") + ".dead-letter" if files else None
 
 
 @runtime_checkable
@@ -194,7 +234,37 @@ class FeedsOutputs(Protocol):
 
 def source_ids(df: DataFrame) -> tuple[str, ...]:
     """The persistent ids of a query's sources, in the order Spark numbers them."""
-    return tuple(dict.fromkeys(_RELATION_PID.findall("\n".join(n.simpleString(500) for n in _relations(df)))))
+    return tuple(dict.fromkeys(offset_order(df)))
+
+
+def offset_order(df: DataFrame) -> tuple[str, ...]:
+    """The persistent id of each source relation of the plan, in Spark's order of the
+    query's sources (a pre-order walk of the analyzed plan, as MicroBatchExecution collects
+    them): the order of the lines of its offset log."""
+    return tuple(pid for pid in (_relation_pid(n) for n in _relations(df)) if pid is not None)
+
+
+def _relation_pid(node: Any) -> str | None:
+    found = _RELATION_PID.search(node.simpleString(500))
+    if found:
+        return found.group(1)
+    try:  # a JVM source (Kafka) shows no options in its plan's text
+        value = node.extraOptions().get("persistent_id")
+    except Exception:  # noqa: BLE001 - a relation without options is not spark_app's
+        return None
+    return str(value) if value else None
+
+
+def _ddl_schema(spark: SparkSession, ddl: str) -> StructType:
+    from pyspark.sql.types import _parse_datatype_string
+
+    if not ddl.strip():
+        raise PipelineError("a Kafka source of JSON or CSV values needs schema=\"field TYPE, ...\"")
+    spark.sparkContext  # noqa: B018 - the parser needs the running JVM
+    parsed = _parse_datatype_string(ddl)
+    if not isinstance(parsed, StructType):
+        raise PipelineError(f"schema {ddl!r} is not a list of fields")
+    return parsed
 
 
 def _relations(df: DataFrame) -> list[Any]:

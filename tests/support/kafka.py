@@ -67,6 +67,8 @@ class KafkaBroker:
     """host:port of the PLAINTEXT listener."""
     pid: int
     log_path: Path
+    sasl_bootstrap_servers: str | None = None
+    """host:port of the SASL_PLAINTEXT listener (mechanism PLAIN), if the broker has one."""
 
     # ---- topics ------------------------------------------------------------------------
 
@@ -229,13 +231,17 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def start_broker(folder: Path, jars: Path = DEFAULT_JARS) -> tuple[subprocess.Popen[bytes], KafkaBroker]:
+def start_broker(folder: Path, jars: Path = DEFAULT_JARS, sasl_users: Mapping[str, str] | None = None,
+                 ) -> tuple[subprocess.Popen[bytes], KafkaBroker]:
     """Starts a broker whose data, configuration and log live in `folder`; returns once it
-    answers a metadata request, or raises BrokerDidNotStart with its log's tail."""
-    port, controller_port = free_ports(2)
+    answers a metadata request, or raises BrokerDidNotStart with its log's tail. With
+    `sasl_users` (name -> password) it also listens for SASL_PLAINTEXT clients (PLAIN)."""
+    port, controller_port, sasl_port = free_ports(3)
     node = NodeSettings(log_dir=str(folder / "data"), port=port, controller_port=controller_port)
     env = {key: os.environ[key] for key in ("PATH", "JAVA_HOME", "LANG") if key in os.environ}
     env |= node.image_env()
+    if sasl_users:
+        env |= _sasl_listener_env(env, sasl_port, sasl_users)
     env |= {
         "CLUSTER_ID": _cluster_id(),
         # Small: a test broker holds little, and it shares the machine with Spark drivers.
@@ -248,13 +254,29 @@ def start_broker(folder: Path, jars: Path = DEFAULT_JARS) -> tuple[subprocess.Po
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             cwd=folder, start_new_session=True,
         )  # fmt: skip
-    broker = KafkaBroker(f"127.0.0.1:{port}", process.pid, log_path)
+    broker = KafkaBroker(f"127.0.0.1:{port}", process.pid, log_path,
+                         f"127.0.0.1:{sasl_port}" if sasl_users else None)
     try:
         _wait_until_ready(process, broker)
     except BaseException:
         stop_broker(process)
         raise
     return process, broker
+
+
+def _sasl_listener_env(env: Mapping[str, str], port: int, users: Mapping[str, str]) -> dict[str, str]:
+    """The image's variables for one more listener, SASL_PLAINTEXT with PLAIN and these users."""
+    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "KAFKA_LISTENERS": env["KAFKA_LISTENERS"] + f",SASL_PLAINTEXT://127.0.0.1:{port}",
+        "KAFKA_ADVERTISED_LISTENERS": env["KAFKA_ADVERTISED_LISTENERS"] + f",SASL_PLAINTEXT://127.0.0.1:{port}",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+        + ",SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "KAFKA_SASL_ENABLED_MECHANISMS": "PLAIN",
+        # listener.name.sasl_plaintext.plain.sasl.jaas.config (the image's rule: "__" is "_")
+        "KAFKA_LISTENER_NAME_SASL__PLAINTEXT_PLAIN_SASL_JAAS_CONFIG":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};",
+    }
 
 
 def _cluster_id() -> str:

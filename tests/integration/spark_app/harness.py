@@ -221,6 +221,18 @@ class Workspace:
         self.started.append(driver)
         return driver
 
+    def kafka_driver(self, bootstrap_servers: str | None, topic: str, *extra: str,
+                     env: dict[str, str] | None = None, pipeline: str = "kafka_words.py") -> Driver:
+        """A driver of a pipeline that reads ``topic`` (pipelines/kafka_words.py by default),
+        from ``bootstrap_servers`` or else the connection ``env`` gives (SPARK_APP_KAFKA_*)."""
+        servers = ["--bootstrap-servers", bootstrap_servers] if bootstrap_servers else []
+        args = [str(PIPELINES / pipeline), *servers, "--topic", topic,
+                "--out-dir", str(self.out), "--state", self.state, *extra]
+        runs = len(list(self.root.glob("driver-*.log")))
+        driver = Driver(args, self.root / f"driver-{runs}.log", env or {})
+        self.started.append(driver)
+        return driver
+
     def kill_all(self) -> None:
         """No driver outlives its test, whatever the test's outcome."""
         for driver in self.started:
