@@ -220,6 +220,10 @@ bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, 
 bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% inserts, 0.1% deletes.
 	$(PY) bench/iterate/run.py $(BENCH_ARGS)
 
+.PHONY: bench-kafka
+bench-kafka: setup ## A word count reading a Kafka topic: spark_app vs Structured Streaming, throughput and latency p50/p99.
+	$(PY) bench/kafka/run.py $(BENCH_ARGS)
+
 .PHONY: bench-iterate-storage
 bench-iterate-storage: setup ## What an iterate stores over 200 small batches (bounded by its state, not its history).
 	$(PY) bench/iterate/storage.py $(BENCH_ARGS)
