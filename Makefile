@@ -224,6 +224,10 @@ bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% 
 bench-kafka: setup ## A word count reading a Kafka topic: spark_app vs Structured Streaming, throughput and latency p50/p99.
 	$(PY) bench/kafka/run.py $(BENCH_ARGS)
 
+.PHONY: bench-backfill
+bench-backfill: setup ## A reader backfilling a 10M-row Delta table that keeps changing: rows/s, rate limits, live-change latency vs Delta's own stream, a kill half way.
+	$(PY) bench/backfill/run.py $(BENCH_ARGS)
+
 .PHONY: bench-iterate-storage
 bench-iterate-storage: setup ## What an iterate stores over 200 small batches (bounded by its state, not its history).
 	$(PY) bench/iterate/storage.py $(BENCH_ARGS)

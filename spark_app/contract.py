@@ -40,6 +40,11 @@ EXECUTOR_POD_TEMPLATE = "SPARK_APP_EXECUTOR_POD_TEMPLATE"
 restricted security context, scratch volumes, and the S3 credentials as secretKeyRef). The
 driver writes it to a file and names it in spark.kubernetes.executor.podTemplateFile
 (``executor_pod_template_conf``)."""
+LIVE_SETTINGS_FILE = "SPARK_APP_LIVE_SETTINGS_FILE"
+"""A file the driver reads again while it runs, for the settings that change without a
+restart (``LiveSettings``): on Kubernetes a downward API volume of the pod's
+LIVE_SETTINGS_ANNOTATION, which the kubelet rewrites when the operator changes it."""
+LIVE_SETTINGS_ANNOTATION = "sparkapp.dev/live-settings"
 EXECUTOR_CONTAINER = "executor"
 """The container of EXECUTOR_POD_TEMPLATE that Spark turns into the executor's."""
 # The Kafka connection of spec.kafka: what sa.io.kafka reaches when a pipeline names no
@@ -365,6 +370,7 @@ class DriverEnvironment:
     pod_namespace: str | None = None
     kafka: KafkaConnection | None = None
     """The Kafka cluster of spec.kafka, credentials included; None if none was given."""
+    live_settings_file: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> DriverEnvironment:
@@ -380,7 +386,36 @@ class DriverEnvironment:
             pod_name=environ.get(POD_NAME) or None,
             pod_namespace=environ.get(POD_NAMESPACE) or None,
             kafka=KafkaConnection.from_env(environ),
+            live_settings_file=environ.get(LIVE_SETTINGS_FILE) or None,
         )
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """What the operator changes in a running driver (LIVE_SETTINGS_FILE), as JSON:
+    ``{"backfill": {"<persistent id>": {"rowsPerSecond": 1000}}}``; a null rate is
+    unlimited, 0 pauses the backfill."""
+
+    backfill_rates: Mapping[str, float | None] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"backfill": {pid: {"rowsPerSecond": rate} for pid, rate in self.backfill_rates.items()}},
+                          sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> LiveSettings:
+        """Raises ContractError naming what is wrong."""
+        try:
+            raw = json.loads(text or "{}")
+            rates: dict[str, float | None] = {}
+            for pid, entry in (raw.get("backfill") or {}).items():
+                rate = entry.get("rowsPerSecond")
+                if rate is not None and (not isinstance(rate, (int, float)) or rate < 0):
+                    raise ContractError(f"backfill.{pid}.rowsPerSecond must be a number ≥ 0 or null, got {rate!r}")
+                rates[str(pid)] = None if rate is None else float(rate)
+            return cls(rates)
+        except (ValueError, AttributeError, TypeError) as error:
+            raise ContractError(f"live settings are not of the expected shape: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -416,6 +451,49 @@ class QueryReport:
 
 
 @dataclass(frozen=True)
+class BackfillReport:
+    """A table source's backfill: rows read of the table's, how fast, how long to go."""
+
+    rows_read: int
+    rows_total: int
+    percent: float
+    rows_per_second: float | None = None
+    eta_seconds: float | None = None
+    paused: bool = False
+    finished: bool = False
+    version: int | None = None
+    """The table version the reader's input has reached."""
+
+    def describe(self) -> str:
+        """For a status column: "37.5% 1.2k rows/s ETA 4m", "paused at 37.5%", "done"."""
+        if self.finished:
+            return "done"
+        if self.paused:
+            return f"paused at {self.percent:g}%"
+        text = f"{self.percent:g}%"
+        if self.rows_per_second:
+            text += f" {_short(self.rows_per_second)} rows/s"
+        if self.eta_seconds is not None:
+            text += f" ETA {_duration(self.eta_seconds)}"
+        return text
+
+
+def _short(value: float) -> str:
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= limit:
+            return f"{value / limit:.1f}{suffix}"
+    return f"{value:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+@dataclass(frozen=True)
 class DriverReport:
     """The driver's own account of its progress, written on its pod (STATUS_ANNOTATION)
     and read by the operator: both sides use this type."""
@@ -428,6 +506,8 @@ class DriverReport:
     reported_at: float | None = None
     """When it was sent (seconds since the epoch); stamped by the sender."""
     queries: Mapping[str, QueryReport] = field(default_factory=dict)
+    backfills: Mapping[str, BackfillReport] = field(default_factory=dict)
+    """persistent_id -> the backfill of a table source."""
 
     @property
     def idle(self) -> bool:
@@ -444,6 +524,8 @@ class DriverReport:
             "epoch": self.epoch, "stored_epoch": self.stored_epoch, "state": self.state,
             "queries": {name: asdict(q) for name, q in self.queries.items()},
         }
+        if self.backfills:
+            body["backfills"] = {pid: asdict(b) for pid, b in self.backfills.items()}
         if self.reported_at is not None:
             body["reported_ms"] = int(self.reported_at * 1000)
         return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
@@ -457,9 +539,10 @@ class DriverReport:
         try:
             raw = json.loads(text)
             queries = {str(name): _query_report(q) for name, q in (raw.get("queries") or {}).items()}
+            backfills = {str(pid): _backfill_report(b) for pid, b in (raw.get("backfills") or {}).items()}
             return cls(epoch=_optional_int(raw.get("epoch")), stored_epoch=_optional_int(raw.get("stored_epoch")),
                        state=str(raw.get("state") or "starting"), reported_at=int(raw["reported_ms"]) / 1000,
-                       queries=queries)
+                       queries=queries, backfills=backfills)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -480,6 +563,15 @@ def _lag(raw: Any) -> dict[str, dict[str, dict[str, int]]]:
         return {}
     return {str(pid): {str(topic): {str(p): int(n) for p, n in parts.items()} for topic, parts in topics.items()}
             for pid, topics in raw.items()}
+
+
+def _backfill_report(raw: Mapping[str, Any]) -> BackfillReport:
+    rate, eta = raw.get("rows_per_second"), raw.get("eta_seconds")
+    return BackfillReport(
+        rows_read=int(raw["rows_read"]), rows_total=int(raw["rows_total"]), percent=float(raw["percent"]),
+        rows_per_second=None if rate is None else float(rate), eta_seconds=None if eta is None else float(eta),
+        paused=bool(raw.get("paused")), finished=bool(raw.get("finished")), version=_optional_int(raw.get("version")),
+    )
 
 
 def _optional_int(value: Any) -> int | None:

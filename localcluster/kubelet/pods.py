@@ -103,6 +103,7 @@ class PodWorker:
         self._gone = False
         self._shutdown = False
         self._services_changed = False
+        self._metadata_changed = False
         self._paths = PodPaths(ctx.pods_dir / self.uid, ctx.logs_root)
         spec = pod["spec"]
         self._init = [Container(c, True) for c in spec.get("initContainers") or ()]
@@ -127,7 +128,13 @@ class PodWorker:
 
     def update(self, pod: JsonDict) -> None:
         with self._lock:
+            before = self._pod["metadata"]
             self._pod = pod
+            after = pod["metadata"]
+            # Labels and annotations shown in downwardAPI volumes are rewritten when they
+            # change, as kubelet does (it lets a running process see new settings).
+            if (before.get("labels"), before.get("annotations")) != (after.get("labels"), after.get("annotations")):
+                self._metadata_changed = True
         self._wake.set()
 
     def gone(self) -> None:
@@ -192,6 +199,7 @@ class PodWorker:
             self._prepare()
         if self._volumes is not None:
             self._refresh_tokens_if_due(now)
+            self._refresh_downward_api_if_changed()
             self._refresh_hosts_if_changed()
             self._sync_containers(now)
         self._report_status()
@@ -326,6 +334,18 @@ class PodWorker:
         except VolumeError as e:
             log.warning("pod %s/%s: token refresh failed, retrying: %s", self.namespace, self.name, e)
             self._token_refresh_at = now + MOUNT_RETRY_SECONDS
+
+    def _refresh_downward_api_if_changed(self) -> None:
+        if not self._metadata_changed or self._volumes is None:
+            return
+        self._metadata_changed = False
+        pod = self._current()
+        for plan in self._volumes.values():
+            if plan.kind == "downwardAPI":  # no objects or tokens: the pod's own fields only
+                try:
+                    write_files(Path(plan.path), volume_files(plan, pod, {}, {}))
+                except (VolumeError, ConfigError) as e:
+                    log.warning("pod %s/%s: rewriting volume %s failed: %s", self.namespace, self.name, plan.name, e)
 
     def _write_hosts(self) -> None:
         self._services_changed = False

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -35,14 +35,9 @@ from spark_app.faults import (
     IN_RECOVERY,
     crash_point,
 )
-from spark_app.persistence import Backend
-from spark_app.runtime.kafka_clients import Admin, PartitionOffsets, parse_offsets
 from spark_app.runtime.pipeline import QuerySpec
 from spark_app.runtime.sinks.base import Batch, OutputContext, Written
-from spark_app.runtime.sources.dead_letters import count_dead_letters, kafka_origins
-from spark_app.runtime.sources.files import SourceOrderChanged
-from spark_app.runtime.sources.kafka import KafkaSourceSpec, data_lost, gaps
-from spark_app.state.file_index import FileIndex
+from spark_app.runtime.sources.base import Tracker
 from spark_app.state.records import QueryHead
 from spark_app.state.session import StateSession
 from spark_app.storage import NotFound, Storage, join
@@ -64,9 +59,6 @@ class Committer(Protocol):
     @property
     def snapshot_interval_s(self) -> float: ...
 
-    @property
-    def index_compact_after(self) -> int: ...
-
     def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None: ...
 
     def record_fatal(self, error: BaseException) -> None: ...
@@ -76,16 +68,12 @@ class BatchHandler:
     """Spark's foreachBatch callback for one query: the per-batch commit protocol."""
 
     def __init__(self, name: str, spec: QuerySpec, driver: Committer, snapshots: Storage,
-                 dead_letter: Backend, kafka: Mapping[str, KafkaSourceSpec]) -> None:
+                 trackers: Mapping[str, Tracker]) -> None:
         self._name = name
         self._spec = spec
         self._driver = driver
         self._snapshots = snapshots
-        self._dead_letter = dead_letter
-        self._kafka = {pid: kafka[pid] for pid in spec.sources if pid in kafka}
-        self._indexes = {pid: FileIndex(snapshots, pid, driver.index_compact_after)
-                         for pid in spec.sources if pid not in self._kafka}
-        self._admins = {pid: Admin(source.connection) for pid, source in self._kafka.items()}
+        self._trackers = {pid: trackers[pid] for pid in spec.sources}
         self._last_commit = 0.0
         self._last_snapshot = time.monotonic()
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
@@ -108,22 +96,8 @@ class BatchHandler:
 
     def caught_up(self) -> bool:
         head = self._driver.session.heads.get(self._name)
-        for pid, index in self._indexes.items():
-            index.reload()
-            done = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            if done < len(index):
-                return False
-        for pid, source in self._kafka.items():
-            committed = parse_offsets(head.offsets.get(pid, {})) if head else {}
-            if not committed:
-                return False
-            # Partitions added since the last batch count too (with a pattern, those of the
-            # topics read so far; Spark's own check covers new topics).
-            topics = source.topics or sorted({tp.topic for tp in committed})
-            latest = self._admins[pid].latest(self._admins[pid].partitions(topics))
-            if any(offset > committed.get(tp, 0) for tp, offset in latest.items()):
-                return False
-        return True
+        return all(tracker.caught_up(head.offsets.get(pid) if head else None)
+                   for pid, tracker in self._trackers.items())
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         try:
@@ -143,7 +117,10 @@ class BatchHandler:
             df.write.format("noop").mode("overwrite").save()
             return
         batch_time_ms, offsets = self._read_offsets(batch_id)
-        lost = self._kafka_gaps(batch_id, offsets)
+        # Before the output: a source that cannot read its part of the batch whole stops
+        # the driver here, or says what it skips (counted with the commit).
+        skipped = {pid: self._trackers[pid].unreadable(head.offsets.get(pid) if head else None, offset)
+                   for pid, offset in offsets.items()}
         session.check_not_fenced()
         try:
             written = self._spec.sink.write(Batch(batch_id, batch_time_ms, df))
@@ -151,20 +128,21 @@ class BatchHandler:
             self._spec.sink.aborted()
             raise
         crash_point(AFTER_OUTPUT, batch_id)
-        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets, lost=lost)
+        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets, skipped=skipped)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {_describe(o)}" for pid, o in offsets.items()))
+                 ", ".join(f"{pid}: {self._trackers[pid].describe(o)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
-                offsets: dict[str, Any], kind: str = "commit", lost: Mapping[str, int] | None = None) -> QueryHead:
+                offsets: dict[str, Any], kind: str = "commit",
+                skipped: Mapping[str, Mapping[str, int]] | None = None) -> QueryHead:
         new_head = QueryHead(
             batch=batch_id,
             batch_time_ms=batch_time_ms,
             commit_time_ms=int(time.time() * 1000),
             offsets=offsets,
             outputs={**(head.outputs if head else {}), **written.outputs},
-            sources=self._counters(head, offsets, lost or {}) if kind == "commit" else (head.sources if head else {}),
+            sources=self._counters(head, offsets, skipped or {}) if kind == "commit" else (head.sources if head else {}),
             iterate=written.iterate if written.iterate is not None else (head.iterate if head else None),
         )
         try:
@@ -199,105 +177,61 @@ class BatchHandler:
             output.snapshot_committed(previous, self._snapshots)
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
-        """Spark's offset log entry of a batch: its time, and each source's end offset under
-        its persistent id. Lines are mapped to sources by position (a Kafka offset names no
-        source); a file source's offset names its own, which must agree."""
-        lines = self._offset_log(batch_id)
-        if lines is None:
-            raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}")
-        metadata = json.loads(lines[1])
-        entries = lines[2:]
-        order = self._spec.offset_order
-        if len(entries) != len(order):
-            raise SourceOrderChanged(
-                f"Spark's offset log of {self._name} holds {len(entries)} sources for batch {batch_id}, but the "
-                f"query reads {len(order)} ({', '.join(order)}): its sources changed since its state was written")
-        offsets = {}
-        for pid, line in zip(order, entries, strict=True):
-            if not line or line == "-":
-                continue
-            offset = json.loads(line)
-            named = offset.get("source") if pid not in self._kafka else None
-            if pid not in self._kafka and named != pid:
-                raise SourceOrderChanged(
-                    f"source {pid!r} of {self._name} was given the offset of source {named!r}: the query's "
-                    "sources were reordered or replaced since its state was written")
-            offsets[pid] = offset
-        return int(metadata.get("batchTimestampMs", 0)), offsets
-
-    def _offset_log(self, batch_id: int) -> list[str] | None:
+        """The batch's time and its sources' end offsets, from Spark's offset log: one line
+        per source, in the order Spark numbers the query's sources (``spec.sources``)."""
+        key = join("checkpoints", self._name, "offsets", str(batch_id))
         try:
-            return self._snapshots.read(join("checkpoints", self._name, "offsets", str(batch_id))).decode().splitlines()
+            lines = self._snapshots.read(key).decode().splitlines()
         except NotFound:
-            return None
-
-    def _kafka_gaps(self, batch_id: int, offsets: dict[str, Any]) -> dict[str, int]:
-        """Offsets of this batch's Kafka partitions that retention removed before they were
-        read, per source (raises KafkaDataLost where the source may not skip them). The
-        batch starts where the previous one ended: Spark's previous offset log entry (or,
-        for the query's first batch, the initial offsets Spark chose)."""
-        lost: dict[str, int] = {}
-        for pid, source in self._kafka.items():
-            if pid not in offsets:
-                continue
-            end = parse_offsets(offsets[pid])
-            start = self._kafka_start(batch_id, pid)
-            found = gaps(start, end, self._admins[pid].earliest(end))
-            if found and source.fail_on_data_loss:
-                raise data_lost(pid, found[0])
-            for gap in found:
-                log.warning("source %s: offsets %d to %d of %s were gone before they were read; skipped",
-                            pid, gap.start, gap.first - 1, gap.partition)
-            lost[pid] = sum(gap.size for gap in found)
-        return lost
-
-    def _kafka_start(self, batch_id: int, pid: str) -> PartitionOffsets:
-        if batch_id > 0:
-            previous = self._offset_log(batch_id - 1)
-            if previous is not None:
-                for line_pid, line in zip(self._spec.offset_order, previous[2:], strict=False):
-                    if line_pid == pid and line and line != "-":
-                        return parse_offsets(line)
-        position = self._spec.offset_order.index(pid)
-        try:  # what Spark chose at the query's first start: "v1\n{offsets}" (KafkaSourceInitialOffsetWriter)
-            initial = self._snapshots.read(join("checkpoints", self._name, "sources", str(position), "0")).decode()
-        except NotFound:
-            return {}
-        return parse_offsets(initial[initial.index("{"):])
+            raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}") from None
+        metadata = json.loads(lines[1])
+        return int(metadata.get("batchTimestampMs", 0)), offsets_by_source(self._name, self._spec.sources, lines[2:])
 
     def _counters(self, head: QueryHead | None, offsets: dict[str, Any],
-                  lost: Mapping[str, int]) -> dict[str, dict[str, int]]:
+                  skipped: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
         counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
         for pid, offset in offsets.items():
+            start = head.offsets.get(pid) if head else None
             previous = counters.get(pid, {})
-            if pid in self._kafka:
-                start = parse_offsets(head.offsets.get(pid, {})) if head else {}
-                end = parse_offsets(offset)
-                origins = [o for tp, until in end.items() for o in
-                           kafka_origins(self._dead_letter, pid, tp.topic, tp.partition, start.get(tp, 0), until)]
-                set_aside = count_dead_letters(self._dead_letter, pid, origins)
-                counters[pid] = {
-                    "offsets": previous.get("offsets", 0) + sum(end[tp] - start.get(tp, 0) for tp in end),
-                    "malformed": previous.get("malformed", 0) + set_aside.rows,
-                    "lost": previous.get("lost", 0) + lost.get(pid, 0),
-                }
-                continue
-            start_files = int(head.offsets.get(pid, {}).get("files", 0)) if head else 0
-            end_files = int(offset["files"])
-            files = self._indexes[pid].files(start_files, end_files) if end_files > start_files else []
-            set_aside = count_dead_letters(self._dead_letter, pid, [f.path for f in files])
-            counters[pid] = {
-                "files": end_files,
-                "malformed": previous.get("malformed", 0) + set_aside.rows,
-                "file_problems": previous.get("file_problems", 0) + set_aside.files,
-            }
+            counters[pid] = self._trackers[pid].counters(previous, start, offset)
+            for name, n in skipped.get(pid, {}).items():
+                counters[pid][name] = previous.get(name, 0) + n
         return counters
 
 
-def _describe(offset: dict[str, Any]) -> str:
-    if "files" in offset and "source" in offset:
-        return f"{offset['files']} files"
-    return json.dumps(offset, separators=(",", ":"), sort_keys=True)
+def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) -> dict[str, Any]:
+    """Spark's offset lines (one per source of the query, "-" for one without an offset
+    yet) named by persistent id. The offsets of spark_app's own sources name their source
+    (a query may hold several relations of one source, e.g. an iterate's: each has a line
+    of its own, all equal). A JVM source's offset (Kafka's, Delta's) names nothing: those
+    lines, and the "-" lines among them, go by position to the query's sources that no line
+    named (``sources`` is in Spark's order, pipeline.source_ids)."""
+    named: dict[str, Any] = {}
+    unnamed: list[str | None] = []
+    for line in lines:
+        if not line or line == "-":
+            unnamed.append(None)
+            continue
+        offset = json.loads(line)
+        source = offset.get("source") if isinstance(offset, dict) else None
+        if isinstance(source, str):
+            if source not in sources:
+                raise StateDamaged(f"Spark's offset log of {query} has the offset of source {source!r}, which the "
+                                   f"query does not read ({', '.join(sources)}): its checkpoint belongs to another "
+                                   "query")
+            named[source] = offset
+        else:
+            unnamed.append(line)
+    others = [pid for pid in sources if pid not in named]
+    offered = [line for line in unnamed if line is not None]
+    if len(offered) > len(others):
+        raise StateDamaged(f"Spark's offset log of {query} has {len(offered)} offsets of sources that do not name "
+                           f"themselves, where the query has {len(others)} ({', '.join(others) or 'none'}): its "
+                           "checkpoint belongs to another query")
+    if len(unnamed) != len(others):
+        # Some "-" lines are of named sources' other relations: their places say nothing.
+        unnamed = list(offered)
+    return {**named, **{pid: json.loads(line) for pid, line in zip(others, unnamed, strict=False) if line is not None}}
 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:

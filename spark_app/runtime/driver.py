@@ -11,6 +11,7 @@ driver. A driver superseded by a higher epoch stops without committing (Fenced).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -26,13 +27,21 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints
+from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints, offsets_by_source
 from spark_app.runtime.jvm.session import spark_conf
 from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
 from spark_app.runtime.sinks.base import OutputDamaged
+from spark_app.runtime.sources.backfill import TableRewound
+from spark_app.runtime.sources.delta_table import (
+    BackfillError,
+    DeltaTableView,
+    LiveRate,
+    Planner,
+    PlanStore,
+)
 from spark_app.runtime.sources.files import SourceOrderChanged
 from spark_app.runtime.sources.kafka import DEAD_LETTER_PROPERTY, KafkaDataLost, data_lost_in_spark
 from spark_app.runtime.sources.kafka import lag as kafka_lag
@@ -49,7 +58,7 @@ from spark_app.state.session import (
     StateOwnedElsewhere,
     StateSession,
 )
-from spark_app.storage import RetryPolicy, StorageMisconfigured, StorageUnavailable
+from spark_app.storage import RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable
 
 log = logging.getLogger("spark_app")
 
@@ -69,6 +78,8 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
     (StateDamaged, contract.EXIT_MISCONFIGURED),
     (KafkaDataLost, contract.EXIT_MISCONFIGURED),
+    (BackfillError, contract.EXIT_MISCONFIGURED),
+    (TableRewound, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
 ]
 
@@ -104,6 +115,7 @@ class Driver:
         self._commit_lock = threading.Lock()
         self._session: StateSession | None = None
         self._reporter: PodReporter | None = None
+        self._planners: list[Planner] = []
         self._state = "starting"
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -157,8 +169,10 @@ class Driver:
         # Inherited by the queries started from this thread, and sent with their tasks: where
         # Kafka sources' tasks set messages aside (the queries' plans were fixed before now).
         spark.sparkContext.setLocalProperty(DEAD_LETTER_PROPERTY, json.dumps(dead_letter.to_json()))
+        trackers = self._pipeline.trackers(snapshots, dead_letter, config.index_compact_after)
+        self._start_planners(snapshots)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
-            handler = BatchHandler(name, spec, self, snapshots, dead_letter, self._pipeline.kafka)
+            handler = BatchHandler(name, spec, self, snapshots, trackers)
             self._handlers[name] = handler
             self._start_query(name)
             if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
@@ -167,6 +181,30 @@ class Driver:
         self._state = "running"
         log.info("pipeline running at epoch %d: %s", self._session.epoch, ", ".join(
             f"{o.name} -> {o.path}" for q in self._pipeline.queries.values() for o in q.sink.outputs()))
+
+    def _start_planners(self, snapshots: Storage) -> None:
+        """One planner per table source: it writes the plans the source's queries read."""
+        spark = self._pipeline.spark()
+        live = LiveSettingsFile(self._pipeline.environment.live_settings_file)
+        for pid, source in self._pipeline.tables.items():
+            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema), PlanStore(snapshots, pid),
+                              source.settings, committed=functools.partial(self._plans_committed, pid),
+                              poll_s=self._options.trigger_interval_ms / 1000,
+                              live_rate=functools.partial(live.backfill_rate, pid))
+            planner.start(on_error=self._planner_failed)
+            self._planners.append(planner)
+
+    def _plans_committed(self, pid: str) -> int:
+        heads = self.session.heads
+        return min((int(heads[name].offsets.get(pid, {}).get("plans", 0)) if name in heads else 0
+                    for name, spec in self._pipeline.queries.items() if pid in spec.sources), default=0)
+
+    def _planner_failed(self, error: BaseException) -> None:
+        self._fatal = self._fatal or error
+
+    def _stop_planners(self) -> None:
+        for planner in self._planners:
+            planner.stop()
 
     def _start_query(self, name: str) -> None:
         spec = self._pipeline.queries[name]
@@ -259,6 +297,7 @@ class Driver:
     def _finish(self) -> int:
         log.info("stopping: %s", self._stop_reason)
         self._state = "stopping"
+        self._stop_planners()
         self._stop_queries(self._options.stop_timeout_s)
         if self._fatal is not None:
             raise self._fatal
@@ -287,6 +326,7 @@ class Driver:
             log.exception("pipeline failed")
         else:
             log.error("%s", error)
+        self._stop_planners()
         for query in self._queries.values():
             try:
                 query.stop()
@@ -354,20 +394,25 @@ class Driver:
                 input_rows_per_s=progress.get("inputRowsPerSecond"),
             )
         session = self._session
+        backfills = {}
+        for planner in self._planners:
+            shown = planner.progress()
+            if shown is not None:
+                backfills[planner.persistent_id] = contract.BackfillReport(**asdict(shown))
         return contract.DriverReport(state=self._state, epoch=session.epoch if session else None,
-                                     stored_epoch=session.previous_epoch if session else None, queries=queries)
+                                     stored_epoch=session.previous_epoch if session else None, queries=queries,
+                                     backfills=backfills)
 
     def _lag(self, name: str, progress: Mapping[str, Any], head: QueryHead | None) -> dict[str, Any]:
         """Per Kafka source, what its partitions hold beyond the committed offsets: the
-        latest offsets Spark saw last (its progress, sources in offset-log order)."""
-        order = self._pipeline.queries[name].offset_order
+        latest offsets Spark saw last (its progress lists its sources as its offset log does)."""
+        lines = [_offset_line(source.get("latestOffset")) for source in progress.get("sources") or []]
+        latest = offsets_by_source(name, self._pipeline.queries[name].sources, lines)
         found: dict[str, Any] = {}
-        for pid, source in zip(order, progress.get("sources") or [], strict=False):
-            latest = source["latestOffset"] if pid in self._pipeline.kafka else None
-            if not latest or latest == "null":
-                continue
-            committed = parse_offsets(head.offsets.get(pid, {})) if head else {}
-            found[pid] = kafka_lag(parse_offsets(latest), committed)
+        for pid, offset in latest.items():
+            if pid in self._pipeline.kafka:
+                committed = parse_offsets(head.offsets.get(pid, {})) if head else {}
+                found[pid] = kafka_lag(parse_offsets(offset), committed)
         return found
 
     # ---- used by the batch handlers ----------------------------------------------------
@@ -387,12 +432,39 @@ class Driver:
             self._fatal = self._fatal or error
 
     @property
-    def index_compact_after(self) -> int:
-        return self._config.index_compact_after
-
-    @property
     def snapshot_interval_s(self) -> float:
         return self._config.snapshot_interval_ms / 1000
+
+
+class LiveSettingsFile:
+    """The settings the operator changes while the driver runs (contract.LIVE_SETTINGS_FILE),
+    read again when the file changes. A file that cannot be parsed keeps the last good
+    settings, with one warning."""
+
+    def __init__(self, path: str | None) -> None:
+        self._path = path
+        self._seen: tuple[float, int] | None = None
+        self._settings = contract.LiveSettings()
+
+    def backfill_rate(self, pid: str) -> LiveRate | None:
+        rates = self._read().backfill_rates
+        return LiveRate(rates[pid]) if pid in rates else None
+
+    def _read(self) -> contract.LiveSettings:
+        if self._path is None:
+            return self._settings
+        try:
+            stat = os.stat(self._path)
+        except OSError:
+            return self._settings
+        if self._seen != (stat.st_mtime, stat.st_size):
+            self._seen = (stat.st_mtime, stat.st_size)
+            try:
+                with open(self._path) as handle:
+                    self._settings = contract.LiveSettings.from_json(handle.read())
+            except (OSError, contract.ContractError) as error:
+                log.warning("ignoring the live settings in %s: %s", self._path, error)
+        return self._settings
 
 
 @dataclass
@@ -467,3 +539,10 @@ def _first_line(text: str) -> str:
 
 def _describe_heads(heads: dict[str, QueryHead]) -> str:
     return ", ".join(f"{n} batch {h.batch}" for n, h in sorted(heads.items())) or "no batch committed"
+
+
+def _offset_line(offset: Any) -> str:
+    """A source's offset in a progress report, as the offset log writes it ("-": none yet)."""
+    if offset is None or offset == "null":
+        return "-"
+    return offset if isinstance(offset, str) else json.dumps(offset)

@@ -32,9 +32,21 @@ from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, S
 from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.runtime.sinks.kafka import KafkaOutput
-from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, input_option
-from spark_app.runtime.sources.kafka import KafkaSourceSpec, MessagePlan, ParseMessages
+from spark_app.runtime.sources.base import Tracker
+from spark_app.runtime.sources.delta_table import FORMAT_NAME as PLANS_FORMAT
+from spark_app.runtime.sources.delta_table import (
+    BackfillError,
+    BackfillSettings,
+    DeltaTableRef,
+    PlanSource,
+    PlanTracker,
+    changelog_schema,
+    describe_table,
+)
+from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
+from spark_app.runtime.sources.kafka import KafkaSourceSpec, KafkaTracker, MessagePlan, ParseMessages
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
+from spark_app.storage import Storage
 
 log = logging.getLogger("spark_app")
 
@@ -55,6 +67,14 @@ class SourceSpec:
     generated_id: bool
 
 
+@dataclass(frozen=True)
+class TableSource:
+    table: DeltaTableRef
+    settings: BackfillSettings
+    schema: StructType
+    """The table's columns (the source's are these and diff)."""
+
+
 @dataclass
 class QuerySpec:
     """One Spark streaming query: its DataFrame and the sink its batches go to. An iterate
@@ -64,10 +84,6 @@ class QuerySpec:
     df: DataFrame | None
     facts: PlanFacts
     sources: tuple[str, ...] = field(default_factory=tuple)
-    offset_order: tuple[str, ...] = field(default_factory=tuple)
-    """The persistent id of each line of Spark's offset log (and of each source in its
-    progress), in order: Spark's own order of the query's sources, a source repeated if
-    the plan reads it twice."""
 
 
 class Pipeline:
@@ -78,6 +94,8 @@ class Pipeline:
         self.kafka: dict[str, KafkaSourceSpec] = {}
         """The Kafka sources by persistent id (connections with their credentials)."""
         self.queries: dict[str, QuerySpec] = {}
+        self.tables: dict[str, TableSource] = {}
+        """The sources that read a Delta table (by persistent id), backfilled by a planner."""
         self._spark: SparkSession | None = None
         self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
         atexit.register(shutil.rmtree, self._context_dir, True)
@@ -88,13 +106,14 @@ class Pipeline:
         if self._spark is None:
             self._spark = build_session(self._initial_conf(), self.environment.spark_log_level)
             self._spark.dataSource.register(FileSource)
+            self._spark.dataSource.register(PlanSource)
         return self._spark
 
     def add_source(self, fmt: str, path: str, schema: str, persistent_id: str | None,
                    options: dict[str, str]) -> DataFrame:
         spark = self.spark()
         generated = persistent_id is None
-        persistent_id = self._persistent_id(fmt, path, persistent_id)
+        persistent_id = self._source_id(fmt, path, persistent_id)
         backend = Backend.from_uri(path, options=self.environment.s3)
         reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
                   .option("persistent_id", persistent_id).option("format", fmt)
@@ -109,7 +128,7 @@ class Pipeline:
     def add_kafka_source(self, spec: KafkaSourceSpec) -> DataFrame:
         """Spark's Kafka source, its values parsed in tasks (spark_app.runtime.sources.kafka)."""
         spark = self.spark()
-        self._persistent_id("kafka", spec.location, spec.persistent_id)
+        self._source_id("kafka", spec.location, spec.persistent_id)
         raw = spark.readStream.format("kafka").options(**spec.reader_options()).load()
         value = StructType() if spec.value_format == "raw" else _ddl_schema(spark, spec.schema or "")
         clash = [c for c in spec.columns if c in value.fieldNames()]
@@ -127,7 +146,26 @@ class Pipeline:
         self.kafka[spec.persistent_id] = spec
         return df
 
-    def _persistent_id(self, fmt: str, path: str, persistent_id: str | None) -> str:
+    def add_table_source(self, path: str, key: tuple[str, ...], persistent_id: str | None,
+                         settings: BackfillSettings) -> DataFrame:
+        """A keyed Delta table read as a changelog: backfilled in key order, then its changes."""
+        spark = self.spark()
+        generated = persistent_id is None
+        persistent_id = self._source_id("delta", path, persistent_id)
+        table = DeltaTableRef(Backend.from_uri(path, options=self.environment.s3), key)
+        try:
+            schema = describe_table(spark, table)
+        except BackfillError as error:
+            raise PipelineError(f"source {persistent_id!r}: {error}") from None
+        df = (spark.readStream.format(PLANS_FORMAT).schema(changelog_schema(schema))
+              .option("persistent_id", persistent_id).option("context", self.context_path)
+              .option("max_plans_per_trigger", str(settings.max_plans_per_trigger)).load())
+        self.sources[persistent_id] = SourceSpec(persistent_id, "delta", table.location.root, df.schema.simpleString(),
+                                                 generated)
+        self.tables[persistent_id] = TableSource(table, settings, schema)
+        return df
+
+    def _source_id(self, fmt: str, path: str, persistent_id: str | None) -> str:
         if persistent_id is None:
             self._generated += 1
             persistent_id = f"{fmt}_{self._generated}"
@@ -176,7 +214,7 @@ class Pipeline:
             output = KafkaOutput(name, path, facts.key, options.get("message_key"), options["connection"])
         else:
             output = DeltaOutput(name, path, facts.key, **options)
-        self.queries[name] = QuerySpec(SingleSink(output), df, facts, source_ids(df), offset_order(df))
+        self.queries[name] = QuerySpec(SingleSink(output), df, facts, source_ids(df))
         return output
 
     def add_query(self, name: str, query: QuerySpec) -> None:
@@ -184,6 +222,18 @@ class Pipeline:
         if name in self.queries or name in self._output_names():
             raise PipelineError(f"persistent_id {name!r} is already used; give the {query.sink.kind} its own")
         self.queries[name] = query
+
+    def trackers(self, snapshots: Storage, dead_letter: Backend, index_compact_after: int) -> dict[str, Tracker]:
+        """How each source takes part in its queries' commits."""
+        trackers: dict[str, Tracker] = {}
+        for pid in self.sources:
+            if pid in self.tables:
+                trackers[pid] = PlanTracker(snapshots, pid, self.tables[pid].table)
+            elif pid in self.kafka:
+                trackers[pid] = KafkaTracker(self.kafka[pid], dead_letter)
+            else:
+                trackers[pid] = FileTracker(snapshots, pid, index_compact_after, dead_letter)
+        return trackers
 
     def _output_names(self) -> set[str]:
         return {o.name for q in self.queries.values() for o in q.sink.outputs()}
@@ -233,15 +283,11 @@ class FeedsOutputs(Protocol):
 
 
 def source_ids(df: DataFrame) -> tuple[str, ...]:
-    """The persistent ids of a query's sources, in the order Spark numbers them."""
-    return tuple(dict.fromkeys(offset_order(df)))
-
-
-def offset_order(df: DataFrame) -> tuple[str, ...]:
-    """The persistent id of each source relation of the plan, in Spark's order of the
-    query's sources (a pre-order walk of the analyzed plan, as MicroBatchExecution collects
-    them): the order of the lines of its offset log."""
-    return tuple(pid for pid in (_relation_pid(n) for n in _relations(df)) if pid is not None)
+    """The persistent ids of a query's sources, in the order Spark numbers them (a
+    pre-order walk of the analyzed plan, as MicroBatchExecution collects them: the order of
+    its offset log's lines, which commit.offsets_by_source relies on for JVM sources)."""
+    relations = (_relation_pid(n) for n in _relations(df))
+    return tuple(dict.fromkeys(pid for pid in relations if pid is not None))
 
 
 def _relation_pid(node: Any) -> str | None:

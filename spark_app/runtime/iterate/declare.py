@@ -15,7 +15,7 @@ from spark_app.runtime.iterate.engine import Convergence, Delta, Step, fingerpri
 from spark_app.runtime.iterate.node import ROW, TABLE, IterateSink, IterateSpec
 from spark_app.runtime.iterate.policy import Kind
 from spark_app.runtime.iterate.store import DIFF
-from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec, offset_order, source_ids
+from spark_app.runtime.pipeline import Pipeline, PipelineError, QuerySpec, source_ids
 from spark_app.runtime.plan import PlanFacts
 from spark_app.runtime.sinks.base import Output
 
@@ -106,9 +106,9 @@ def declare(
     for stream in streams:
         union = stream if union is None else union.unionByName(stream)
     sink = IterateSink(spec, pipeline.spark())
-    sources, order = (source_ids(union), offset_order(union)) if union is not None else ((), ())
+    sources = source_ids(union) if union is not None else ()
     signature = (f"Iterate({spec.persistent_id})",)
-    pipeline.add_query(spec.persistent_id, QuerySpec(sink, union, PlanFacts(signature, None), sources, order))
+    pipeline.add_query(spec.persistent_id, QuerySpec(sink, union, PlanFacts(signature, None), sources))
     return IterateResult({name: IterateTable(sink, name) for name in iterated})
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +32,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_app.persistence import Backend
-from spark_app.runtime.sources.dead_letters import write_dead_letters
+from spark_app.runtime.sources.base import Offset
+from spark_app.runtime.sources.dead_letters import count_dead_letters, write_dead_letters
 from spark_app.runtime.sources.inputs import InputLocation
 from spark_app.runtime.sources.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
 from spark_app.state.file_index import FileIndex
-from spark_app.storage import FileEntry, NotFound
+from spark_app.storage import FileEntry, NotFound, Storage
 
 FORMAT_NAME = "spark_app_files"
 BLOCK_BYTES = 16 << 20
@@ -247,6 +248,39 @@ def _line_end(plan: ReadPlan, entry: FileEntry, start: int) -> int:
 
 def _file_problem(error: str) -> dict[str, Any]:
     return {"kind": "file", "line": None, "raw": "", "error": error}
+
+
+class FileTracker:
+    """A file source in a query's commits: files read, rows and files set aside."""
+
+    def __init__(self, snapshots: Storage, persistent_id: str, compact_after: int, dead_letter: Backend) -> None:
+        self._pid = persistent_id
+        self._index = FileIndex(snapshots, persistent_id, compact_after)
+        self._dead_letter = dead_letter
+
+    def caught_up(self, committed: Offset | None) -> bool:
+        self._index.reload()
+        return _files(committed) >= len(self._index)
+
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        return {}  # what was admitted stays readable (a file that changed is counted as a file problem)
+
+    def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
+        first, last = _files(start), _files(end)
+        files = self._index.files(first, last) if last > first else []
+        set_aside = count_dead_letters(self._dead_letter, self._pid, [f.path for f in files])
+        return {
+            "files": last,
+            "malformed": previous.get("malformed", 0) + set_aside.rows,
+            "file_problems": previous.get("file_problems", 0) + set_aside.files,
+        }
+
+    def describe(self, offset: Offset) -> str:
+        return f"{_files(offset)} files"
+
+
+def _files(offset: Offset | None) -> int:
+    return int(offset.get("files", 0)) if offset else 0
 
 
 def _parse(plan: ReadPlan, data: bytes, first_line: int) -> Parsed:

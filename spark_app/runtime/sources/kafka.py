@@ -3,8 +3,8 @@ partitions picked up), its records parsed in Spark's tasks.
 
 Offsets. Spark's Kafka offset (``{"topic": {"0": 42}}``, the next offset of each partition)
 names no source, so the commit maps the lines of Spark's offset log to persistent ids by
-their position, the order of the query's sources in its plan (``offset_order`` in
-spark_app.runtime.pipeline), and stores each under its persistent id with the batch. A
+their position among the query's sources (commit.offsets_by_source), and stores each
+under its persistent id with the batch. A
 restart resumes from there: Spark's checkpoint is committed batch by batch with the
 metadata log, and a batch that Spark planned and spark_app did not commit runs again with
 the same offsets. No consumer group is involved: Spark's source commits none, and
@@ -18,7 +18,8 @@ reaches tasks as a local property of the query's jobs (``DEAD_LETTER_PROPERTY``)
 the driver once it knows it.
 
 Data loss. Offsets that retention (or a deletion) removed before they were read are found
-by the commit, which lists each partition's first stored offset before the batch runs:
+by the commit (``KafkaTracker.unreadable``), which lists each partition's first stored
+offset before the batch's output is written:
 by default the driver stops with ``KafkaDataLost`` naming topic, partition and the gap;
 with ``fail_on_data_loss=False`` Spark skips them and the commit counts them (``lost``).
 """
@@ -26,6 +27,7 @@ with ``fail_on_data_loss=False`` Spark skips them and the commit counts them (``
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,8 +37,20 @@ import pyarrow as pa
 
 from spark_app.contract import KafkaConnection
 from spark_app.persistence import Backend
-from spark_app.runtime.kafka_clients import PartitionOffsets, TopicPartition, spark_options
-from spark_app.runtime.sources.dead_letters import kafka_origin, write_dead_letters
+from spark_app.runtime.kafka_clients import (
+    Admin,
+    PartitionOffsets,
+    TopicPartition,
+    parse_offsets,
+    spark_options,
+)
+from spark_app.runtime.sources.base import Offset
+from spark_app.runtime.sources.dead_letters import (
+    count_dead_letters,
+    kafka_origin,
+    kafka_origins,
+    write_dead_letters,
+)
 from spark_app.runtime.sources.parsing import CsvFormat, parse_messages
 
 FORMAT = "kafka"
@@ -49,6 +63,8 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 bounded batches."""
 DEAD_LETTER_PROPERTY = "spark_app.dead_letter"
 """A local property of the query's jobs: the dead-letter Backend as JSON."""
+log = logging.getLogger("spark_app")
+
 RAW_DECODE_LIMIT = 4096
 """A rejected message's value is kept as text up to this many bytes."""
 
@@ -196,7 +212,59 @@ def _dead_letter_backend() -> Backend:
     return Backend.from_json(json.loads(raw))
 
 
-# ---- the commit's side: loss and lag ---------------------------------------------------------
+# ---- the commit's side: caught up, loss, counters, lag ----------------------------------------
+
+
+class KafkaTracker:
+    """A Kafka source in its queries' commits (spark_app.runtime.sources.base.Tracker):
+    caught up when the committed offsets reach every partition's last stable offset;
+    counters of offsets read, messages set aside and offsets lost to retention."""
+
+    def __init__(self, spec: KafkaSourceSpec, dead_letter: Backend) -> None:
+        self._spec = spec
+        self._admin = Admin(spec.connection)
+        self._dead_letter = dead_letter
+
+    def caught_up(self, committed: Offset | None) -> bool:
+        done = parse_offsets(committed or {})
+        if not done:
+            return False
+        # Partitions added since the last batch count too (with a pattern, those of the
+        # topics read so far; Spark's own check covers new topics).
+        topics = self._spec.topics or sorted({tp.topic for tp in done})
+        latest = self._admin.latest(self._admin.partitions(topics))
+        return all(offset <= done.get(tp, 0) for tp, offset in latest.items())
+
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        """Offsets of [start, end) that retention removed before the batch ran. A query's
+        first batch (no ``start``) begins where Spark chose, from the offsets it listed then."""
+        if start is None:
+            return {"lost": 0}
+        until = parse_offsets(end)
+        found = gaps(parse_offsets(start), until, self._admin.earliest(until))
+        if found and self._spec.fail_on_data_loss:
+            raise data_lost(self._spec.persistent_id, found[0])
+        for gap in found:
+            log.warning("source %s: offsets %d to %d of %s were gone before they were read; skipped",
+                        self._spec.persistent_id, gap.start, gap.first - 1, gap.partition)
+        return {"lost": sum(gap.size for gap in found)}
+
+    def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
+        first, until = parse_offsets(start or {}), parse_offsets(end)
+        pid = self._spec.persistent_id
+        origins = [origin for tp, stop in until.items()
+                   for origin in kafka_origins(self._dead_letter, pid, tp.topic, tp.partition, first.get(tp, 0), stop)]
+        set_aside = count_dead_letters(self._dead_letter, pid, origins)
+        return {
+            "offsets": previous.get("offsets", 0) + sum(stop - first.get(tp, 0) for tp, stop in until.items()),
+            "malformed": previous.get("malformed", 0) + set_aside.rows,
+            "lost": previous.get("lost", 0),
+        }
+
+    def describe(self, offset: Offset) -> str:
+        """The next offset of each partition, as Spark logs it: {"topic":{"0":42}}."""
+        return json.dumps(offset, separators=(",", ":"), sort_keys=True)
+
 
 
 @dataclass(frozen=True)

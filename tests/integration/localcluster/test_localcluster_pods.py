@@ -276,3 +276,29 @@ def test_crashing_containers_restart_with_back_off(
     assert core.read_namespaced_pod("crasher", namespace).status.phase == "Running"
     previous = kube.kubectl("logs", "--previous", "-n", namespace, "crasher")
     assert previous.startswith("run ")
+
+
+def test_a_downward_api_file_follows_the_pods_annotations(
+    core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """A running process sees a changed annotation, as kubelet rewrites downwardAPI files
+    (how the operator changes a driver's live settings without a restart)."""
+    script = "while true; do cp /settings/rate /data/seen.tmp && mv /data/seen.tmp /data/seen; sleep 0.2; done"
+    manifest = shell_pod(
+        "downward",
+        script,
+        volumes=[
+            {"name": "data", "hostPath": host_path(tmp_path)},
+            {"name": "settings", "downwardAPI": {"items": [
+                {"path": "rate", "fieldRef": {"fieldPath": "metadata.annotations['example.dev/rate']"}}]}},
+        ],
+        mounts=[{"name": "data", "mountPath": "/data"}, {"name": "settings", "mountPath": "/settings"}],
+        grace_seconds=1,
+    )
+    manifest["metadata"]["annotations"] = {"example.dev/rate": "0"}
+    core.create_namespaced_pod(namespace, manifest)
+    seen = tmp_path / "seen"
+    wait_for("the first value", lambda: seen.exists() and seen.read_text() == "0")
+    core.patch_namespaced_pod("downward", namespace, {"metadata": {"annotations": {"example.dev/rate": "250"}}})
+    wait_for("the changed value", lambda: seen.read_text() == "250")
+    core.delete_namespaced_pod("downward", namespace)

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from localcluster import ClusterInfo
+from localcluster.kubectl import KubeCommands
 from localcluster.layout import Layout
-from localcluster.testing import kubectl, phase_in, shell_pod, wait_for
+from localcluster.testing import phase_in, shell_pod, wait_for
 from tests.support.kafka import free_ports
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SERVER = """
 import socket
@@ -137,10 +137,10 @@ def kafka_namespace(namespace: str) -> Iterator[str]:
 
 
 def test_the_demo_kafka_broker_runs_and_pipelines_reach_it_by_its_service_name(
-    core: client.CoreV1Api, local_cluster: ClusterInfo, kafka_namespace: str
+    core: client.CoreV1Api, kube: KubeCommands, kafka_namespace: str
 ) -> None:
     namespace = kafka_namespace
-    kubectl(local_cluster, "apply", "-n", namespace, "-f", str(ROOT / "demo" / "kafka.yaml"))
+    kube.kubectl("apply", "-n", namespace, "-f", str(ROOT / "demo" / "kafka.yaml"))
 
     def ready() -> bool:
         pods = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=kafka").items

@@ -1,4 +1,5 @@
-"""One Delta writer in a process of its own, driven line by line (test_delta_commits.py).
+"""One Delta writer in a process of its own, driven line by line (test_delta_commits.py,
+test_table_backfill.py).
 
     python -m tests.integration.spark_app.delta_writer ENDPOINT_URL [SPARK_CONF_JSON]
 
@@ -12,14 +13,25 @@ its standard input and answers each with one line on standard output:
                             session's LogStore for s3a (overwrite=false) -> "written", or
                             "exists" if it raised java.nio.file.FileAlreadyExistsException
 
+    create URI ROWS         creates a Delta table of ROWS rows (id BIGINT, value BIGINT) with
+                            its change data feed on -> "created"
+    merge URI JSON          one MERGE into it: {"upsert": [[id, value], ...], "delete": [id, ...]}
+                            -> "merged <version>"
+
 A failure answers "failed <Java exception class>: <message>".
 """
 
 from __future__ import annotations
 
 import json
+import os
+import queue
+import signal
+import subprocess
 import sys
+import threading
 from functools import reduce
+from pathlib import Path
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -27,6 +39,8 @@ from pyspark.sql import functions as F
 
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm.session import build_session, spark_conf
+
+REPO = Path(__file__).resolve().parents[3]
 
 ANSWER = "writer: "
 SETTINGS = {"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"}
@@ -53,14 +67,34 @@ def put_if_absent(spark: SparkSession, uri: str, text: str) -> str:
     return "written"
 
 
+def create(spark: SparkSession, uri: str, rows: str) -> str:
+    (spark.range(int(rows)).select(F.col("id"), (F.col("id") * 10).alias("value"))
+     .write.format("delta").option("delta.enableChangeDataFeed", "true").save(uri))
+    return "created"
+
+
+def merge(spark: SparkSession, uri: str, change: str) -> str:
+    from delta.tables import DeltaTable
+
+    body = json.loads(change)
+    rows = [(int(i), int(v), "u") for i, v in body.get("upsert", [])] + [(int(i), 0, "d") for i in body.get("delete", [])]
+    source = spark.createDataFrame(rows, "id BIGINT, value BIGINT, op STRING")
+    (DeltaTable.forPath(spark, uri).alias("t").merge(source.alias("s"), "t.id = s.id")
+     .whenMatchedDelete(condition="s.op = 'd'")
+     .whenMatchedUpdate(condition="s.op = 'u'", set={"value": "s.value"})
+     .whenNotMatchedInsert(condition="s.op = 'u'", values={"id": "s.id", "value": "s.value"})
+     .execute())
+    return f"merged {DeltaTable.forPath(spark, uri).history(1).collect()[0]['version']}"
+
+
 def main() -> None:
     endpoint_url, *extra = sys.argv[1:]
     backend = Backend.s3("s3://unused", endpoint_url=endpoint_url)
     spark = build_session(spark_conf(backend, 10_000, {**SETTINGS, **json.loads(extra[0] if extra else "{}")}))
-    commands = {"append": append, "put-if-absent": put_if_absent}
+    commands = {"append": append, "put-if-absent": put_if_absent, "create": create, "merge": merge}
     print(ANSWER + "ready", flush=True)
     for line in sys.stdin:
-        command, *args = line.split()
+        command, *args = line.split(maxsplit=2)
         try:
             answer = commands[command](spark, *args)
         except Py4JJavaError as error:
@@ -68,6 +102,61 @@ def main() -> None:
             answer = f"failed {java.getClass().getName()}: {java.getMessage()}"
         print(ANSWER + answer, flush=True)
     spark.stop()
+
+
+class Writer:
+    """A delta_writer process: commands in on its standard input, answers out."""
+
+    def __init__(self, endpoint_url: str, spark_conf: dict[str, str], log: Path) -> None:
+        with open(log, "ab") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.integration.spark_app.delta_writer", endpoint_url,
+                 json.dumps(spark_conf)],
+                cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                start_new_session=True,
+            )
+        self.log = log
+        self._answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(ANSWER):
+                self._answers.put(line[len(ANSWER):].strip())
+
+    def send(self, command: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def answer(self, timeout: float = 120) -> str:
+        try:
+            return self._answers.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout}s:\n{self.log.read_text()[-3000:]}") from None
+
+    def ask(self, command: str, timeout: float = 120) -> str:
+        self.send(command)
+        return self.answer(timeout)
+
+    def call(self, command: str, timeout: float = 120) -> str:
+        """``ask``, failing unless it succeeded."""
+        answer = self.ask(command, timeout)
+        assert not answer.startswith("failed"), f"{command.split()[0]}: {answer}"
+        return answer
+
+    def freeze(self) -> None:
+        """SIGSTOP to the writer's Python process and its JVM."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
 
 
 if __name__ == "__main__":

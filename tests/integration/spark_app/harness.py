@@ -75,9 +75,11 @@ class Driver:
     def memory_bytes(self) -> dict[str, int]:
         """The memory of each process of the driver (its process group), by pid and kind:
         the driver's Python, its JVM, Spark's Python workers. Proportional (PSS): a page
-        that forked workers share counts once in their sum, not once per process."""
+        that forked workers share counts once in their sum, not once per process. A JVM's
+        child that has not yet exec'd (the JDK spawns commands with vfork, so the child
+        shares the JVM's very address space and reports all of it) is not counted."""
         assert self.process is not None
-        found = {}
+        group: dict[str, tuple[str, str, str]] = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -90,9 +92,14 @@ class Driver:
             except OSError:
                 continue
             if int(fields[2]) == self.process.pid:  # field 5: the process group
-                words = command.split(" -m ")[-1].split() or ["(exiting)"]
-                kind = "jvm" if "java" in head else ("driver" if int(entry) == self.process.pid else words[0][:40])
-                found[f"{entry} {kind}"] = _pss(entry)
+                group[entry] = (head, fields[1], command)  # field 4: the parent
+        found = {}
+        for entry, (head, parent, command) in group.items():
+            if "java" in head and parent in group and "java" in group[parent][0]:
+                continue  # a vforked child of the JVM, about to exec a command
+            words = command.split(" -m ")[-1].split() or ["(exiting)"]
+            kind = "jvm" if "java" in head else ("driver" if int(entry) == self.process.pid else words[0][:40])
+            found[f"{entry} {kind}"] = _pss(entry)
         return found
 
     def count_in_output(self, text: str) -> int:
@@ -202,12 +209,13 @@ class Workspace:
         return self.root / "out"
 
     def driver(
-        self, *extra: str, pipeline: str = "two_outputs.py", env: dict[str, str] | None = None
+        self, *extra: str, pipeline: str = "two_outputs.py", env: dict[str, str] | None = None,
+        input: str | None = None,
     ) -> Driver:
         args = [
             str(PIPELINES / pipeline),
             "--input",
-            str(self.inputs),
+            input or str(self.inputs),
             "--out-dir",
             str(self.out),
             "--state",

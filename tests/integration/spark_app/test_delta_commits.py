@@ -11,12 +11,6 @@ its PUT let through. The outcome is read from the _delta_log objects themselves.
 from __future__ import annotations
 
 import json
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -26,8 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.integration.spark_app.delta_writer import ANSWER
-from tests.integration.spark_app.harness import REPO
+from tests.integration.spark_app.delta_writer import Writer
 from tests.support.holding_proxy import HoldingProxy
 from tests.support.s3 import S3Server
 
@@ -35,55 +28,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
 DELTA_DEFAULT_S3_LOG_STORE = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore"}
 ROWS = {"first": 3, "frozen": 5, "winner": 7}
-
-
-class Writer:
-    """A delta_writer process: commands in on its standard input, answers out."""
-
-    def __init__(self, endpoint_url: str, spark_conf: dict[str, str], log: Path) -> None:
-        with open(log, "ab") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.integration.spark_app.delta_writer", endpoint_url,
-                 json.dumps(spark_conf)],
-                cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                start_new_session=True,
-            )
-        self.log = log
-        self._answers: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith(ANSWER):
-                self._answers.put(line[len(ANSWER):].strip())
-
-    def send(self, command: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-
-    def answer(self, timeout: float = 120) -> str:
-        try:
-            return self._answers.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no answer within {timeout}s:\n{self.log.read_text()[-3000:]}") from None
-
-    def ask(self, command: str, timeout: float = 120) -> str:
-        self.send(command)
-        return self.answer(timeout)
-
-    def freeze(self) -> None:
-        """SIGSTOP to the writer's Python process and its JVM."""
-        os.killpg(self.process.pid, signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        os.killpg(self.process.pid, signal.SIGCONT)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
 
 
 @contextmanager

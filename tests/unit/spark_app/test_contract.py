@@ -171,3 +171,28 @@ def test_a_kafka_connection_round_trips_without_its_credentials_in_the_injected_
 def test_a_kafka_connection_that_cannot_work_is_refused_with_what_to_set(env: dict[str, str], message: str) -> None:
     with pytest.raises(ContractError, match=message):
         contract.KafkaConnection.from_env({contract.KAFKA_BOOTSTRAP_SERVERS: "kafka:9092", **env})
+
+
+# ---- live settings and backfills ------------------------------------------------------------------
+
+
+def test_live_settings_round_trip_and_refuse_a_negative_rate() -> None:
+    settings = contract.LiveSettings({"accounts": 250.0, "orders": None, "paused": 0.0})
+    assert contract.LiveSettings.from_json(settings.to_json()) == settings
+    assert contract.LiveSettings.from_json("") == contract.LiveSettings()
+    with pytest.raises(ContractError, match=r"backfill.accounts.rowsPerSecond must be a number ≥ 0 or null, got -1"):
+        contract.LiveSettings.from_json('{"backfill": {"accounts": {"rowsPerSecond": -1}}}')
+    with pytest.raises(ContractError, match="not of the expected shape"):
+        contract.LiveSettings.from_json('{"backfill": [1]}')
+
+
+def test_a_backfill_report_survives_the_pod_annotation_and_describes_itself() -> None:
+    running = contract.BackfillReport(rows_read=3_750_000, rows_total=10_000_000, percent=37.5,
+                                      rows_per_second=41_200.0, eta_seconds=152.0, version=12)
+    report = contract.DriverReport(epoch=2, stored_epoch=1, state="running", reported_at=1.0,
+                                   backfills={"accounts": running})
+    assert contract.DriverReport.from_json(report.to_json()) == report
+    assert running.describe() == "37.5% 41.2k rows/s ETA 3m"
+    assert contract.BackfillReport(10, 40, 25.0, paused=True).describe() == "paused at 25%"
+    assert contract.BackfillReport(40, 40, 100.0, finished=True).describe() == "done"
+    assert "backfills" not in contract.DriverReport(epoch=1, stored_epoch=0, state="running").to_json()

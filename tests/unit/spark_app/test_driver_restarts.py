@@ -25,3 +25,20 @@ def test_failures_that_a_restart_may_get_past_restart_the_query(message: str) ->
 @pytest.mark.parametrize("message", FATAL)
 def test_other_failures_end_the_driver(message: str) -> None:
     assert not _looks_transient(message)
+
+
+def test_live_settings_are_read_again_when_their_file_changes_and_a_bad_one_is_ignored(tmp_path) -> None:
+    from spark_app.runtime.driver import LiveSettingsFile
+    from spark_app.runtime.sources.delta_table import LiveRate
+
+    path = tmp_path / "settings.json"
+    live = LiveSettingsFile(str(path))
+    assert live.backfill_rate("accounts") is None  # no file yet: nothing set
+    path.write_text('{"backfill": {"accounts": {"rowsPerSecond": 0}}}')
+    assert live.backfill_rate("accounts") == LiveRate(0.0)
+    assert live.backfill_rate("orders") is None
+    path.write_text('{"backfill": {"accounts": {"rowsPerSecond": null}}, "x": 1}')
+    assert live.backfill_rate("accounts") == LiveRate(None)
+    path.write_text('{"backfill": {"accounts": {"rowsPerSecond": "fast"}}}')
+    assert live.backfill_rate("accounts") == LiveRate(None)  # the last good settings stay
+    assert LiveSettingsFile(None).backfill_rate("accounts") is None

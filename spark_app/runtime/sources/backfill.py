@@ -1,0 +1,260 @@
+"""Backfill: reading a keyed, versioned table from its start while following its changes.
+
+A reader that starts on a table with millions of rows cannot take them as one batch, and
+must not make live changes wait for all of them. The table is read in key order, a chunk
+at a time, and each step of the reader is a *plan*: the table's changes since the last
+plan for the keys already read, then the next chunk of keys, read at the table's newest
+version. Changes to keys not read yet are not forwarded: those rows will be read later,
+with the changes applied. So after every plan, the rows handed over so far, folded with
+their diffs, are exactly the table at the plan's version for the keys up to the position.
+Once the last chunk is read, the position is past every key and each plan is just the
+table's changes.
+
+This module is the algebra, over any ``TableView`` (a Delta table in
+spark_app.runtime.sources.delta_table, a dictionary in the tests). Plans are written
+durably one after another by a single planner (spark_app.runtime.sources.delta_table),
+each carrying the ``Frontier`` it reaches; a planner that restarts carries on from the
+newest plan, so a reader killed anywhere re-reads at most the plans it had not committed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Generic, Protocol, TypeVar
+
+R = TypeVar("R")
+"""The rows of a plan: an Arrow table in the runtime, a list in the tests."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """How far the key-ordered read has got: before every key, after ``key`` (encoded by
+    the table view; opaque here), or past every key (the backfill is finished)."""
+
+    key: str | None = None
+    finished: bool = False
+
+    @property
+    def started(self) -> bool:
+        return self.finished or self.key is not None
+
+
+START = Position()
+END = Position(finished=True)
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Where the backfill stands after plan number ``plans``; stored in that plan."""
+
+    plans: int = 0
+    """Plans written so far (the newest one's number)."""
+    version: int | None = None
+    """The table version the rows handed over correspond to; None before the first plan."""
+    position: Position = START
+    rows_read: int = 0
+    """Rows of the table read in chunks."""
+    remaining: int = 0
+    """Rows of keys after the position at ``version``: what is left to read."""
+    started_ms: int = 0
+    finished_ms: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.position.finished
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Frontier:
+        value: dict[str, Any] = json.loads(text)
+        return cls(**{**value, "position": Position(**value["position"])})
+
+
+@dataclass(frozen=True)
+class Changes(Generic[R]):
+    forwarded: R
+    """The changes to keys at or before the position, each with its diff."""
+    count: int
+    """How many rows ``forwarded`` holds."""
+    beyond: int
+    """The net number of rows the changes add after the position (inserts minus deletes)."""
+
+
+@dataclass(frozen=True)
+class Chunk(Generic[R]):
+    rows: R
+    """Rows of keys after a position, in key order, each with diff +1."""
+    count: int
+    last: str | None
+    """The last key read, encoded; None when the chunk is empty."""
+
+
+class TableView(Protocol[R]):
+    """A keyed table with numbered versions and a record of the changes between them."""
+
+    def latest_version(self) -> int: ...
+
+    def changes(self, after: int, through: int, position: Position) -> Changes[R]:
+        """The changes of versions ``after`` + 1 to ``through``, split at ``position``."""
+
+    def chunk(self, version: int, position: Position, limit: int) -> Chunk[R]:
+        """Up to ``limit`` rows with keys after ``position``, as of ``version``, in key order."""
+
+    def count(self, version: int, position: Position) -> int:
+        """How many rows have keys after ``position``, as of ``version``."""
+
+    def concat(self, parts: Sequence[R]) -> R: ...
+
+
+@dataclass(frozen=True)
+class Plan(Generic[R]):
+    frontier: Frontier
+    rows: R
+    changes: int
+    """How many of the rows are forwarded changes; the others are the chunk's."""
+    chunk: int
+
+
+class TableRewound(Exception):
+    """The table's newest version is older than one already read: it was replaced or restored."""
+
+
+def next_plan(frontier: Frontier, view: TableView[R], budget: int, now_ms: int | None = None) -> Plan[R] | None:
+    """The plan after ``frontier``, reading a chunk of at most ``budget`` rows (0: changes
+    only, the backfill paused), or None when there is nothing to hand over."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    latest = view.latest_version()
+    reading = not frontier.finished and budget > 0
+    if frontier.version is None:
+        changes: Changes[R] | None = None
+        remaining = view.count(latest, START)
+        start = replace(frontier, started_ms=now_ms)
+    else:
+        if latest < frontier.version:
+            raise TableRewound(f"the table's newest version is {latest}, but version {frontier.version} was read "
+                               "already: the table was replaced or restored to an older version")
+        if latest == frontier.version and not reading:
+            return None
+        changes = view.changes(frontier.version, latest, frontier.position) if latest > frontier.version else None
+        remaining = frontier.remaining + (changes.beyond if changes else 0)
+        start = frontier
+    chunk = view.chunk(latest, frontier.position, budget) if reading else None
+    read = chunk.count if chunk else 0
+    finished = frontier.finished or (chunk is not None and read < budget)
+    if finished:
+        position = END
+    elif chunk is not None and chunk.last is not None:
+        position = Position(chunk.last)
+    else:
+        position = frontier.position
+    parts = [p.forwarded for p in (changes,) if p] + [c.rows for c in (chunk,) if c]
+    return Plan(
+        frontier=replace(
+            start,
+            plans=frontier.plans + 1,
+            version=latest,
+            position=position,
+            rows_read=frontier.rows_read + read,
+            remaining=0 if finished else remaining - read,
+            finished_ms=start.finished_ms or (now_ms if finished else None),
+        ),
+        rows=view.concat(parts),
+        changes=changes.count if changes else 0,
+        chunk=read,
+    )
+
+
+class TokenBucket:
+    """Rows per second for the chunks, changeable while running; None is unlimited, 0 pauses.
+    Unused allowance accumulates up to one chunk, so a slow reader is not penalised twice."""
+
+    def __init__(self, rows_per_second: float | None, capacity: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate = rows_per_second
+        self._capacity = capacity
+        self._clock = clock
+        self._tokens = 0.0
+        self._at = clock()
+
+    @property
+    def rate(self) -> float | None:
+        return self._rate
+
+    def set_rate(self, rows_per_second: float | None) -> None:
+        self._refill()
+        self._rate = rows_per_second
+
+    def available(self) -> int:
+        self._refill()
+        return self._capacity if self._rate is None else int(self._tokens)
+
+    def take(self, rows: int) -> None:
+        self._refill()
+        self._tokens = max(0.0, self._tokens - rows)
+
+    def seconds_until(self, rows: int) -> float | None:
+        """How long until ``rows`` are available; None while paused."""
+        if self._rate is None:
+            return 0.0
+        if self._rate <= 0:
+            return None
+        self._refill()
+        return max(0.0, (min(rows, self._capacity) - self._tokens) / self._rate)
+
+    def _refill(self) -> None:
+        now = self._clock()
+        if self._rate is not None:
+            self._tokens = min(float(self._capacity), self._tokens + (now - self._at) * self._rate)
+        self._at = now
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A backfill as its reader reports it."""
+
+    rows_read: int
+    rows_total: int
+    percent: float
+    rows_per_second: float | None
+    """Measured over the recent chunks; None before two of them."""
+    eta_seconds: float | None
+    paused: bool
+    finished: bool
+    version: int | None
+
+
+def progress(frontier: Frontier, rows_per_second: float | None, paused: bool) -> Progress:
+    total = frontier.rows_read + frontier.remaining
+    percent = 100.0 if frontier.finished or total == 0 else round(100.0 * frontier.rows_read / total, 1)
+    eta = None
+    if not frontier.finished and not paused and rows_per_second:
+        eta = round(frontier.remaining / rows_per_second, 1)
+    return Progress(frontier.rows_read, total, percent, rows_per_second, eta, paused and not frontier.finished,
+                    frontier.finished, frontier.version)
+
+
+class RateMeter:
+    """Rows per second over a sliding window of recent reads."""
+
+    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window = window_s
+        self._clock = clock
+        self._samples: list[tuple[float, int]] = []
+
+    def add(self, rows: int) -> None:
+        now = self._clock()
+        self._samples.append((now, rows))
+        self._samples = [(t, n) for t, n in self._samples if now - t <= self._window]
+
+    def rate(self) -> float | None:
+        if len(self._samples) < 2:
+            return None
+        span = self._samples[-1][0] - self._samples[0][0]
+        if span <= 0:
+            return None
+        return round(sum(n for _, n in self._samples[1:]) / span, 1)

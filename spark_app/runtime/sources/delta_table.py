@@ -1,0 +1,493 @@
+"""A keyed Delta table as a source: backfilled in key order while its changes follow.
+
+Three parts, each on its side of Spark:
+
+- ``DeltaTableView`` reads the table for the backfill's algebra
+  (spark_app.runtime.sources.backfill): its newest version from the transaction log, its
+  changes from the change data feed, chunks in key order at a version.
+- The ``Planner``, a thread of the driver, turns the table into numbered plans, each a
+  Parquet file in the reader's state (``backfill/<persistent id>/plans/``) that carries
+  the ``Frontier`` it reaches. A plan is created only if absent, so two drivers never
+  write two different plans of one number, and it never changes: replaying a batch reads
+  the same rows. The planner stays at most ``lookahead`` plans ahead of the reader's
+  commits (so what waits on storage is bounded) and removes plans once committed.
+- ``PlanStreamReader``, a Spark Python data source, hands the plans to the query in
+  order; its offset is the number of plans read and commits with the batch like a file
+  source's.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, DataType, IntegerType, StructField, StructType
+
+from spark_app.persistence import Backend
+from spark_app.runtime.sources.backfill import (
+    Changes,
+    Chunk,
+    Frontier,
+    Position,
+    Progress,
+    RateMeter,
+    TokenBucket,
+    next_plan,
+    progress,
+)
+from spark_app.runtime.sources.base import Offset
+from spark_app.runtime.sources.files import SourceOrderChanged, read_context
+from spark_app.storage import NotFound, Storage, join
+
+log = logging.getLogger("spark_app")
+
+FORMAT_NAME = "spark_app_plans"
+DIFF = "diff"
+_FRONTIER_KEY = b"spark_app.backfill.frontier"
+_VERSION_FILE = re.compile(r"^_delta_log/(\d{20})\.json$")
+
+
+class BackfillError(Exception):
+    """The table cannot be read as asked (missing, no change data feed, versions gone)."""
+
+
+@dataclass(frozen=True)
+class BackfillSettings:
+    chunk_rows: int = 100_000
+    """The most rows of the table one plan reads."""
+    rows_per_second: float | None = None
+    """The rate the table is read at; None: as fast as the reader takes it, 0: paused."""
+    lookahead: int = 2
+    """Plans written ahead of the reader's commits."""
+    max_plans_per_trigger: int = 1
+    """Plans in one batch of the reader: a kill re-reads at most this many chunks."""
+
+    def __post_init__(self) -> None:
+        if self.chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be at least 1, got {self.chunk_rows}")
+        if self.rows_per_second is not None and self.rows_per_second < 0:
+            raise ValueError(f"rows_per_second must be 0 (paused) or more, got {self.rows_per_second}")
+        if self.lookahead < 1 or self.max_plans_per_trigger < 1:
+            raise ValueError("lookahead and max_plans_per_trigger must be at least 1")
+
+
+# ---- the plans, in the reader's state -------------------------------------------------------
+
+
+class PlanStore:
+    """The plan files of one source, numbered from 1."""
+
+    def __init__(self, storage: Storage, persistent_id: str) -> None:
+        self._storage = storage
+        self._folder = join("backfill", persistent_id, "plans") + "/"
+
+    def key(self, number: int) -> str:
+        return f"{self._folder}{number:012d}.parquet"
+
+    def numbers(self) -> list[int]:
+        return sorted(int(k[len(self._folder):].split(".")[0]) for k in self._storage.list(self._folder)
+                      if k.endswith(".parquet"))
+
+    def newest(self) -> int:
+        numbers = self.numbers()
+        return numbers[-1] if numbers else 0
+
+    def frontier(self) -> Frontier:
+        """Where the newest plan left the backfill; the start if there is none."""
+        newest = self.newest()
+        if not newest:
+            return Frontier()
+        metadata = pq.read_schema(io.BytesIO(self._storage.read(self.key(newest)))).metadata or {}
+        return Frontier.from_json(metadata[_FRONTIER_KEY].decode())
+
+    def create(self, rows: pa.Table, frontier: Frontier) -> bool:
+        """Stores plan ``frontier.plans`` unless it exists; returns whether it did."""
+        buffer = io.BytesIO()
+        schema = rows.schema.with_metadata({_FRONTIER_KEY: frontier.to_json().encode()})
+        pq.write_table(rows.replace_schema_metadata(schema.metadata), buffer)
+        return self._storage.create(self.key(frontier.plans), buffer.getvalue())
+
+    def read(self, number: int) -> pa.Table:
+        return pq.read_table(io.BytesIO(self._storage.read(self.key(number))))
+
+    def drop_before(self, number: int) -> None:
+        for old in self.numbers():
+            if old >= number:
+                return
+            self._storage.delete(self.key(old))
+
+
+# ---- the table --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeltaTableRef:
+    """A Delta table read by key: where it is and which columns identify a row."""
+
+    location: Backend
+    key: tuple[str, ...]
+
+    @property
+    def uri(self) -> str:
+        return self.location.storage().spark_uri("")
+
+    def latest_version(self, storage: Storage | None = None) -> int:
+        """The newest committed version, from the transaction log's file names (no Spark job)."""
+        names = (storage or self.location.storage()).list("_delta_log/")
+        versions = [int(m.group(1)) for m in map(_VERSION_FILE.match, names) if m]
+        if not versions:
+            raise BackfillError(f"no Delta table at {self.location.root}: its _delta_log has no commits")
+        return max(versions)
+
+
+def describe_table(spark: SparkSession, table: DeltaTableRef) -> StructType:
+    """The table's schema, after checking that it can be backfilled (keys, change data feed).
+    One snapshot of the table's log gives both, its metadata: no Spark job (a new driver's
+    DeltaLog is created here, so its snapshot is the newest)."""
+    table.latest_version()  # raises, naming the location, where there is no table
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table.uri).unsafeVolatileSnapshot()
+    metadata = snapshot.metadata()
+    schema = StructType.fromJson(json.loads(metadata.schemaString()))
+    missing = [k for k in table.key if k not in schema.names]
+    if missing:
+        raise BackfillError(f"the key columns {missing} are not columns of the table at {table.location.root} "
+                            f"({', '.join(schema.names)})")
+    if DIFF in schema.names:
+        raise BackfillError(f"the table at {table.location.root} has a column {DIFF!r}, which the changelog "
+                            "it is read as reserves")
+    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration())
+    change_data_feed = configuration.get("delta.enableChangeDataFeed")
+    if str(change_data_feed).lower() != "true":
+        raise BackfillError(
+            f"the table at {table.location.root} does not record its changes: enable its change data feed with "
+            f"ALTER TABLE delta.`{table.uri}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        )
+    return schema
+
+
+def changelog_schema(table_schema: StructType) -> StructType:
+    return StructType([*table_schema.fields, StructField(DIFF, IntegerType(), False)])
+
+
+class DeltaTableView:
+    """``backfill.TableView`` over a Delta table, with Arrow tables as rows."""
+
+    def __init__(self, spark: SparkSession, table: DeltaTableRef, schema: StructType) -> None:
+        self._spark = spark
+        self._table = table
+        self._uri = table.uri
+        self._storage = table.location.storage()
+        self._columns = [f.name for f in schema.fields]
+        types = {f.name: f.dataType for f in schema.fields}
+        self._key_types = [(k, types[k]) for k in table.key]
+        self._arrow_schema = to_arrow_schema(changelog_schema(schema))
+
+    def latest_version(self) -> int:
+        return self._table.latest_version(self._storage)
+
+    def changes(self, after: int, through: int, position: Position) -> Changes[pa.Table]:
+        feed = self._read(readChangeFeed="true", startingVersion=str(after + 1), endingVersion=str(through))
+        change = F.col("_change_type")
+        rows = feed.where(change.isin("insert", "delete", "update_preimage", "update_postimage")).select(
+            *[F.col(f"`{c}`") for c in self._columns],
+            F.when(change.isin("insert", "update_postimage"), 1).otherwise(-1).cast("int").alias(DIFF),
+        )
+        forwarded = self._empty()
+        if position.started:
+            forwarded = self._arrow(rows if position.finished else rows.where(~self._after(position)))
+        beyond = 0
+        if not position.finished:
+            ahead = rows if position.key is None else rows.where(self._after(position))
+            beyond = int(ahead.agg(F.coalesce(F.sum(DIFF), F.lit(0))).collect()[0][0])
+        return Changes(forwarded, forwarded.num_rows, beyond)
+
+    def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
+        rows = self._read(versionAsOf=str(version))
+        if position.key is not None:
+            rows = rows.where(self._after(position))
+        keys = [F.col(f"`{k}`") for k in self._table.key]
+        chunk = (rows.orderBy(*keys).limit(limit)
+                 .select(*[F.col(f"`{c}`") for c in self._columns], F.lit(1).cast("int").alias(DIFF),
+                         F.to_json(F.struct(*keys)).alias("_position")))
+        table = chunk.toArrow()
+        last = table.column("_position")[-1].as_py() if table.num_rows else None
+        return Chunk(self._conform(table.drop_columns(["_position"])), table.num_rows, last)
+
+    def count(self, version: int, position: Position) -> int:
+        rows = self._read(versionAsOf=str(version))
+        return rows.where(self._after(position)).count() if position.key is not None else rows.count()
+
+    def concat(self, parts: Sequence[pa.Table]) -> pa.Table:
+        return pa.concat_tables([self._empty(), *parts])
+
+    def _read(self, **options: str) -> DataFrame:
+        try:
+            return self._spark.read.format("delta").options(**options).load(self._uri)
+        except Exception as error:  # noqa: BLE001 - translated when it says which versions are gone
+            raise _translate(error, self._table, options) from error
+
+    def _after(self, position: Position) -> Column:
+        """Rows whose key sorts after the position, as ``orderBy`` sorts (nulls first).
+        Written as plain comparisons of each column with a literal, lexicographically, so
+        that Delta skips the files whose statistics put them wholly before the position."""
+        assert position.key is not None
+        values = json.loads(position.key)
+        after = F.lit(False)
+        equal_so_far = F.lit(True)
+        for name, kind in self._key_types:
+            column, value = F.col(f"`{name}`"), values.get(name)
+            if value is None:
+                greater, equal = column.isNotNull(), column.isNull()
+            else:
+                # A null key sorts first: it is neither after nor equal to a value (and the
+                # test must never be null, or "not after" would drop the row too).
+                literal = _literal(value, kind)
+                greater, equal = column.isNotNull() & (column > literal), column.eqNullSafe(literal)
+            after = after | (equal_so_far & greater)
+            equal_so_far = equal_so_far & equal
+        return after
+
+    def _arrow(self, df: DataFrame) -> pa.Table:
+        return self._conform(df.toArrow())
+
+    def _conform(self, table: pa.Table) -> pa.Table:
+        return table.select(self._arrow_schema.names).cast(self._arrow_schema)
+
+    def _empty(self) -> pa.Table:
+        return self._arrow_schema.empty_table()
+
+
+def _literal(value: Any, kind: DataType) -> Column:
+    """A key's value as Spark's to_json wrote it, back as a literal of its type."""
+    if isinstance(kind, BinaryType):
+        return F.unbase64(F.lit(value))
+    return F.lit(value).cast(kind)
+
+
+def _translate(error: Exception, table: DeltaTableRef, options: Mapping[str, str]) -> Exception:
+    text = str(error)
+    if "VersionNotFound" in text or "DELTA_VERSION_NOT_FOUND" in text or "DELTA_CHANGE_DATA_FILE_NOT_FOUND" in text \
+            or "FileNotFoundException" in text or "DELTA_MISSING_CHANGE_DATA" in text:
+        return BackfillError(f"versions of the table at {table.location.root} that this reader still needs "
+                             f"({dict(options)}) are gone (vacuumed or cleaned up): {text.splitlines()[0]}")
+    return error
+
+
+# ---- the planner --------------------------------------------------------------------------------
+
+
+class Planner:
+    """Writes the plans of one backfilled source, a thread of the driver."""
+
+    def __init__(self, persistent_id: str, view: DeltaTableView, store: PlanStore, settings: BackfillSettings,
+                 committed: Callable[[], int], poll_s: float = 1.0,
+                 live_rate: Callable[[], LiveRate | None] = lambda: None) -> None:
+        self.persistent_id = persistent_id
+        self._view = view
+        self._store = store
+        self._settings = settings
+        self._committed = committed
+        self._poll_s = poll_s
+        self._live_rate = live_rate
+        """The rate set while the driver runs (by the operator), if one was set."""
+        self._bucket = TokenBucket(settings.rows_per_second, settings.chunk_rows)
+        self._meter = RateMeter()
+        self._frontier: Frontier | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self, on_error: Callable[[BaseException], None]) -> None:
+        def run() -> None:
+            try:
+                self._run()
+            except BaseException as error:  # noqa: BLE001 - handed to the driver, which stops
+                self.error = error
+                on_error(error)
+
+        self._thread = threading.Thread(target=run, name=f"spark_app-backfill-{self.persistent_id}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def progress(self) -> Progress | None:
+        frontier = self._frontier
+        if frontier is None:
+            return None
+        return progress(frontier, self._meter.rate(), self._bucket.rate == 0)
+
+    def _run(self) -> None:
+        frontier = self._frontier = self._store.frontier()
+        log.info("backfill %s: %s at plan %d, version %s: %s", self.persistent_id,
+                 "resuming" if frontier.plans else "starting", frontier.plans, frontier.version, _describe(frontier))
+        while not self._stop.is_set():
+            self._apply_live_rate()
+            done = self._committed()
+            self._store.drop_before(min(done, frontier.plans))  # the newest plan stays: it holds the frontier
+            if frontier.plans - done >= self._settings.lookahead:
+                self._stop.wait(0.2)
+                continue
+            budget = min(self._settings.chunk_rows, self._bucket.available())
+            plan = next_plan(frontier, self._view, budget)
+            if plan is None:
+                self._stop.wait(self._poll_s)
+                continue
+            if not self._store.create(plan.rows, plan.frontier):
+                log.warning("backfill %s: plan %d was written by another driver; carrying on from it",
+                            self.persistent_id, plan.frontier.plans)
+                frontier = self._frontier = self._store.frontier()
+                continue
+            self._bucket.take(plan.chunk)
+            if plan.chunk:
+                self._meter.add(plan.chunk)
+            log.info("backfill %s: plan %d at version %d: %d changes, %d rows read (%s)", self.persistent_id,
+                     plan.frontier.plans, plan.frontier.version, plan.changes, plan.chunk, _describe(plan.frontier))
+            if plan.frontier.finished and not frontier.finished:
+                log.info("backfill %s: finished, %d rows read; following changes only",
+                         self.persistent_id, plan.frontier.rows_read)
+            frontier = self._frontier = plan.frontier
+            if frontier.finished or self._bucket.rate is not None:
+                self._stop.wait(self._poll_s)  # an unthrottled backfill reads on at once
+
+    def _apply_live_rate(self) -> None:
+        live = self._live_rate()
+        if live is not None and live.rows_per_second != self._bucket.rate:
+            log.info("backfill %s: rate limit changed from %s to %s rows/s", self.persistent_id,
+                     _rate(self._bucket.rate), _rate(live.rows_per_second))
+            self._bucket.set_rate(live.rows_per_second)
+
+
+@dataclass(frozen=True)
+class LiveRate:
+    """A rate limit set while the driver runs; None is unlimited, 0 pauses."""
+
+    rows_per_second: float | None
+
+
+def _rate(rate: float | None) -> str:
+    return "unlimited" if rate is None else f"{rate:g}"
+
+
+def _describe(frontier: Frontier) -> str:
+    if frontier.version is None:
+        return "nothing read yet"
+    if frontier.finished:
+        return f"backfill done ({frontier.rows_read} rows), following changes"
+    return f"{frontier.rows_read} rows read, {frontier.remaining} left"
+
+
+# ---- the reader's source --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanPartition(InputPartition):
+    state: Backend
+    persistent_id: str
+    number: int
+    arrow_schema: pa.Schema
+
+
+class PlanSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PlanStreamReader(self.options, schema)
+
+
+class PlanStreamReader(DataSourceStreamReader):
+    """The plans of one source, in order; the offset is how many have been read."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        context = read_context(options["context"])
+        self._pid = options["persistent_id"]
+        self._state = Backend.from_json(context["snapshot"])
+        self._per_trigger = max(1, int(options.get("max_plans_per_trigger", "1")))
+        self._arrow_schema = to_arrow_schema(schema)
+        self._position: int | None = None
+        self._store_cache: PlanStore | None = None
+
+    @property
+    def _store(self) -> PlanStore:
+        if self._store_cache is None:
+            self._store_cache = PlanStore(self._state.storage(), self._pid)
+        return self._store_cache
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store_cache": None}
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._position = 0
+        return {"source": self._pid, "plans": 0}
+
+    def latestOffset(self) -> dict[str, Any]:
+        start = self._position or 0
+        return {"source": self._pid, "plans": min(self._store.newest(), start + self._per_trigger)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        for offset in (start, end):
+            if offset.get("source") != self._pid:
+                raise SourceOrderChanged(
+                    f"source {self._pid!r} was given the offset of source {offset.get('source')!r}: the "
+                    "query's sources were reordered or replaced since its state was written"
+                )
+        self._position = int(end["plans"])
+        return [PlanPartition(self._state, self._pid, n, self._arrow_schema)
+                for n in range(int(start["plans"]) + 1, int(end["plans"]) + 1)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, PlanPartition)
+        try:
+            table = PlanStore(partition.state.storage(), partition.persistent_id).read(partition.number)
+        except NotFound:
+            raise BackfillError(f"plan {partition.number} of source {partition.persistent_id} is gone from the "
+                                "state; it is removed only once committed, so the state was changed by hand") from None
+        yield from table.select(partition.arrow_schema.names).cast(partition.arrow_schema).to_batches()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
+
+
+class PlanTracker:
+    """A backfilled source in a query's commits."""
+
+    def __init__(self, snapshots: Storage, persistent_id: str, table: DeltaTableRef) -> None:
+        self._store = PlanStore(snapshots, persistent_id)
+        self._table = table
+
+    def caught_up(self, committed: Offset | None) -> bool:
+        if _plans(committed) < self._store.newest():
+            return False
+        frontier = self._store.frontier()
+        return frontier.finished and frontier.version == self._table.latest_version()
+
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        return {}  # the stored plans say what to read; a table rewound under them raises TableRewound
+
+    def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
+        return {"plans": _plans(end)}
+
+    def describe(self, offset: Offset) -> str:
+        return f"{_plans(offset)} plans"
+
+
+def _plans(offset: Offset | None) -> int:
+    return int(offset.get("plans", 0)) if offset else 0

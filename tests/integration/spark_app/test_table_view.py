@@ -1,0 +1,88 @@
+"""The Delta table as the backfill reads it, on real Spark and Delta: chunks in key order
+for keys of several columns and types (nulls first, as orderBy sorts), changes split at
+the position, and the checks made when a pipeline declares the source."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_app.persistence import Backend
+from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.sources.backfill import START, Position
+from spark_app.runtime.sources.delta_table import BackfillError, DeltaTableRef, DeltaTableView, describe_table
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "region STRING, day DATE, n BIGINT, amount DOUBLE"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    yield build_session(spark_conf(Backend.filesystem("/tmp"), 10_000,
+                                   {"spark.master": "local[2]", "spark.ui.enabled": "false",
+                                    "spark.sql.shuffle.partitions": "2"}))
+
+
+def rows() -> list[tuple[str | None, dt.date, int, float]]:
+    regions = [None, "eu", "us", "é-ü"]
+    return [(regions[i % 4], dt.date(2026, 1, 1 + i % 3), i // 12, float(i)) for i in range(60)]
+
+
+def table(spark: SparkSession, path: Path, change_data_feed: bool = True) -> DeltaTableRef:
+    (spark.createDataFrame(rows(), SCHEMA).repartition(3).write.format("delta")
+     .option("delta.enableChangeDataFeed", str(change_data_feed).lower()).save(str(path)))
+    return DeltaTableRef(Backend.filesystem(path), ("region", "day", "n"))
+
+
+def test_chunks_cover_every_row_once_in_key_order(spark: SparkSession, tmp_path: Path) -> None:
+    ref = table(spark, tmp_path / "t")
+    view = DeltaTableView(spark, ref, describe_table(spark, ref))
+    version = view.latest_version()
+    expected = [tuple(r) for r in spark.read.format("delta").load(str(tmp_path / "t"))
+                .orderBy("region", "day", "n").select("region", "day", "n").collect()]
+    position, read = START, []
+    assert view.count(version, position) == 60
+    while True:
+        chunk = view.chunk(version, position, 7)
+        keys = list(zip(*(chunk.rows.column(c).to_pylist() for c in ("region", "day", "n")), strict=True))
+        read += keys
+        if chunk.last is None:
+            break
+        position = Position(chunk.last)
+        assert view.count(version, position) == 60 - len(read)
+    assert read == expected
+    assert set(chunk.rows.column_names) == {"region", "day", "n", "amount", "diff"}
+
+
+def test_changes_are_split_at_the_position(spark: SparkSession, tmp_path: Path) -> None:
+    from delta.tables import DeltaTable
+
+    ref = table(spark, tmp_path / "t")
+    view = DeltaTableView(spark, ref, describe_table(spark, ref))
+    first = view.chunk(0, START, 20)  # up to ("eu", 2026-01-03, ...): the null regions and some of "eu"
+    position = Position(first.last)
+    source = spark.createDataFrame([(None, dt.date(2026, 1, 1), 0, -1.0), ("us", dt.date(2026, 1, 1), 0, -2.0)],
+                                   SCHEMA)
+    (DeltaTable.forPath(spark, str(tmp_path / "t")).alias("t")
+     .merge(source.alias("s"), "t.region <=> s.region AND t.day = s.day AND t.n = s.n")
+     .whenMatchedUpdateAll().execute())
+    changes = view.changes(0, view.latest_version(), position)
+    forwarded = sorted(zip(changes.forwarded.column("amount").to_pylist(),
+                           changes.forwarded.column("diff").to_pylist(), strict=True))
+    assert forwarded == [(-1.0, 1), (0.0, -1)]  # the read key's update; the other waits for its chunk
+    assert changes.beyond == 0  # an update adds no row after the position
+
+
+def test_a_table_without_its_change_data_feed_is_refused_with_the_fix(spark: SparkSession, tmp_path: Path) -> None:
+    ref = table(spark, tmp_path / "t", change_data_feed=False)
+    with pytest.raises(BackfillError, match="enableChangeDataFeed = true"):
+        describe_table(spark, ref)
+    with pytest.raises(BackfillError, match=r"key columns \['customer'\] are not columns"):
+        describe_table(spark, DeltaTableRef(ref.location, ("customer",)))
+    with pytest.raises(BackfillError, match="no Delta table at"):
+        describe_table(spark, DeltaTableRef(Backend.filesystem(tmp_path / "nothing"), ("n",)))

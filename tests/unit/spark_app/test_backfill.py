@@ -1,0 +1,214 @@
+"""The backfill's plans, over random schedules of upstream changes, chunk reads of any
+size (0: paused) and planner restarts, against a plain recomputation. (A reader's kills
+are the commit protocol's business: it re-reads immutable plans from its last commit;
+the integration tests kill it.)"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_app.runtime.sources.backfill import (
+    END,
+    START,
+    Changes,
+    Chunk,
+    Frontier,
+    Position,
+    RateMeter,
+    TableRewound,
+    TokenBucket,
+    next_plan,
+    progress,
+)
+
+Row = tuple[int, str, int]
+"""key, value, diff"""
+
+
+class DictTable:
+    """A keyed table whose every version is kept, with the changes between versions."""
+
+    def __init__(self, rows: dict[int, str]) -> None:
+        self.versions = [dict(rows)]
+        self.changes_of: list[list[Row]] = [[]]
+
+    def commit(self, upserts: dict[int, str], deletes: set[int]) -> None:
+        current = dict(self.versions[-1])
+        changes: list[Row] = []
+        for key in sorted(deletes):
+            if key in current:
+                changes.append((key, current.pop(key), -1))
+        for key, value in upserts.items():
+            if key in current:
+                changes.append((key, current[key], -1))
+            changes.append((key, value, +1))
+            current[key] = value
+        self.versions.append(current)
+        self.changes_of.append(changes)
+
+    # ---- TableView ----
+    def latest_version(self) -> int:
+        return len(self.versions) - 1
+
+    def changes(self, after: int, through: int, position: Position) -> Changes[list[Row]]:
+        rows = [r for v in range(after + 1, through + 1) for r in self.changes_of[v]]
+        forwarded = [r for r in rows if not _after(r[0], position)]
+        beyond = sum(r[2] for r in rows if _after(r[0], position))
+        return Changes(forwarded, len(forwarded), beyond)
+
+    def chunk(self, version: int, position: Position, limit: int) -> Chunk[list[Row]]:
+        keys = sorted(k for k in self.versions[version] if _after(k, position))[:limit]
+        rows = [(k, self.versions[version][k], +1) for k in keys]
+        return Chunk(rows, len(rows), json.dumps(keys[-1]) if keys else None)
+
+    def count(self, version: int, position: Position) -> int:
+        return sum(1 for k in self.versions[version] if _after(k, position))
+
+    def concat(self, parts: Sequence[list[Row]]) -> list[Row]:
+        return [r for p in parts for r in p]
+
+
+def _after(key: int, position: Position) -> bool:
+    if position.finished:
+        return False
+    return position.key is None or key > json.loads(position.key)
+
+
+def fold(plans: Sequence[list[Row]]) -> dict[tuple[int, str], int]:
+    total: Counter[tuple[int, str]] = Counter()
+    for rows in plans:
+        for key, value, diff in rows:
+            total[(key, value)] += diff
+    return {kv: n for kv, n in total.items() if n != 0}
+
+
+def expected(table: DictTable, frontier: Frontier) -> dict[tuple[int, str], int]:
+    assert frontier.version is not None
+    rows = table.versions[frontier.version]
+    return {(k, v): 1 for k, v in rows.items() if not _after(k, frontier.position)}
+
+
+keys = st.integers(min_value=0, max_value=30)
+upstream = st.tuples(st.dictionaries(keys, st.sampled_from("abcd"), max_size=4), st.sets(keys, max_size=3))
+step = st.one_of(
+    st.tuples(st.just("upstream"), upstream),
+    st.tuples(st.just("plan"), st.sampled_from([0, 1, 2, 3, 7, 100])),
+    st.tuples(st.just("restart planner"), st.none()),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(initial=st.dictionaries(keys, st.sampled_from("xyz"), max_size=20), schedule=st.lists(step, max_size=40))
+def test_after_every_plan_the_rows_handed_over_are_the_table_up_to_the_position(initial, schedule):
+    table = DictTable(initial)
+    plans: list[list[Row]] = []
+    stored = Frontier().to_json()  # the newest plan's frontier, as a restarted planner reads it
+    frontier = Frontier.from_json(stored)
+    chunk_rows = 0
+    for kind, arg in schedule:
+        if kind == "upstream":
+            table.commit(*arg)
+        elif kind == "plan":
+            plan = next_plan(frontier, table, arg, now_ms=1)
+            if plan is None:
+                continue
+            plans.append(plan.rows)
+            stored = plan.frontier.to_json()
+            frontier = plan.frontier
+            assert fold(plans) == expected(table, frontier)
+            left = 0 if frontier.finished else table.count(frontier.version, frontier.position)
+            assert frontier.remaining == left
+            chunk_rows += plan.chunk
+            assert frontier.rows_read == chunk_rows
+        else:  # a killed planner carries on from the newest plan it wrote
+            frontier = Frontier.from_json(stored)
+    # Unthrottled to the end: the reader ends with exactly the final table.
+    while (plan := next_plan(frontier, table, 5, now_ms=2)) is not None:
+        plans.append(plan.rows)
+        frontier = plan.frontier
+    assert frontier.finished and frontier.remaining == 0
+    assert fold(plans) == {(k, v): 1 for k, v in table.versions[-1].items()}
+
+
+def test_chunks_read_each_key_once_and_changes_after_the_position_wait_for_their_chunk():
+    table = DictTable({1: "a", 2: "b", 3: "c", 4: "d"})
+    first = next_plan(Frontier(), table, 2, now_ms=10)
+    assert first is not None and first.rows == [(1, "a", 1), (2, "b", 1)]
+    assert first.frontier.position == Position("2") and first.frontier.remaining == 2
+    table.commit({1: "A", 4: "D"}, {3})
+    second = next_plan(first.frontier, table, 2, now_ms=20)
+    assert second is not None
+    # Key 1 was read: its update is forwarded. Keys 3 and 4 were not: 4 is read as it is
+    # now and the deletion of 3 is never seen.
+    assert second.rows == [(1, "a", -1), (1, "A", 1), (4, "D", 1)]
+    assert (second.changes, second.chunk) == (2, 1)
+    assert second.frontier.finished and second.frontier.finished_ms == 20 and second.frontier.remaining == 0
+    table.commit({5: "e"}, set())
+    third = next_plan(second.frontier, table, 0, now_ms=30)
+    assert third is not None and third.rows == [(5, "e", 1)]
+    assert next_plan(third.frontier, table, 2) is None
+
+
+def test_paused_backfill_still_forwards_changes_to_keys_already_read():
+    table = DictTable({1: "a", 2: "b", 3: "c"})
+    first = next_plan(Frontier(), table, 1)
+    assert first is not None
+    table.commit({1: "A", 3: "C"}, set())
+    paused = next_plan(first.frontier, table, 0)
+    assert paused is not None and paused.rows == [(1, "a", -1), (1, "A", 1)]
+    assert paused.frontier.position == Position("1") and not paused.frontier.finished
+    assert next_plan(paused.frontier, table, 0) is None
+
+
+def test_a_table_restored_to_an_older_version_is_refused():
+    table = DictTable({1: "a"})
+    plan = next_plan(Frontier(), table, 0)
+    assert plan is not None
+    with pytest.raises(TableRewound, match="restored to an older version"):
+        next_plan(Frontier(version=5, position=Position("1")), table, 1)
+
+
+def test_the_frontier_survives_its_json():
+    frontier = Frontier(3, 7, Position('{"id":4}'), 10, 5, 1, None)
+    assert Frontier.from_json(frontier.to_json()) == frontier
+    assert Frontier.from_json(Frontier(position=END).to_json()).finished
+    assert not Frontier.from_json(Frontier(position=START).to_json()).position.started
+
+
+def test_the_token_bucket_holds_the_rate_and_pauses_at_zero():
+    now = [0.0]
+    bucket = TokenBucket(100.0, capacity=1000, clock=lambda: now[0])
+    assert bucket.available() == 0
+    now[0] = 2.0
+    assert bucket.available() == 200
+    bucket.take(150)
+    assert bucket.available() == 50
+    assert bucket.seconds_until(100) == pytest.approx(0.5)
+    now[0] = 100.0
+    assert bucket.available() == 1000  # no more than a chunk accumulates
+    bucket.set_rate(0)
+    bucket.take(1000)
+    now[0] = 200.0
+    assert bucket.available() == 0 and bucket.seconds_until(1) is None
+    bucket.set_rate(None)
+    assert bucket.available() == 1000 and bucket.seconds_until(10**9) == 0.0
+
+
+def test_progress_and_rate():
+    now = [0.0]
+    meter = RateMeter(window_s=10, clock=lambda: now[0])
+    assert meter.rate() is None
+    meter.add(100)
+    now[0] = 2.0
+    meter.add(400)
+    assert meter.rate() == 200.0
+    shown = progress(Frontier(plans=2, version=3, position=Position("9"), rows_read=500, remaining=1500), 200.0, False)
+    assert (shown.rows_total, shown.percent, shown.eta_seconds, shown.paused) == (2000, 25.0, 7.5, False)
+    done = progress(Frontier(position=END, rows_read=10), None, True)
+    assert done.percent == 100.0 and not done.paused and done.eta_seconds is None
