@@ -43,7 +43,13 @@ from spark_app.runtime.sources.delta_table import (
     PlanStore,
 )
 from spark_app.runtime.sources.files import SourceOrderChanged
-from spark_app.runtime.sources.kafka import DEAD_LETTER_PROPERTY, KafkaDataLost, data_lost_in_spark
+from spark_app.runtime.sources.kafka import (
+    DEAD_LETTER_PROPERTY,
+    KafkaDataLost,
+    KafkaTopicMissing,
+    KafkaTracker,
+    data_lost_in_spark,
+)
 from spark_app.runtime.sources.kafka import lag as kafka_lag
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
@@ -78,6 +84,7 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
     (StateDamaged, contract.EXIT_MISCONFIGURED),
     (KafkaDataLost, contract.EXIT_MISCONFIGURED),
+    (KafkaTopicMissing, contract.EXIT_MISCONFIGURED),
     (BackfillError, contract.EXIT_MISCONFIGURED),
     (TableRewound, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
@@ -162,14 +169,19 @@ class Driver:
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
         beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()
+        # A pipeline whose outputs are all Kafka topics keeps its dead letters with its state.
         dead_letter = (Backend.from_uri(beside_output, options=s3) if beside_output else
-                       dataclasses.replace(config.snapshot_storage, root=config.snapshot_storage.root.rstrip("/") + "/dead-letters"))
+                       dataclasses.replace(config.snapshot_storage,
+                                           root=config.snapshot_storage.root.rstrip("/") + "/dead-letters"))
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
                                      {**config.source_limits, "index_compact_after": config.index_compact_after})
         # Inherited by the queries started from this thread, and sent with their tasks: where
         # Kafka sources' tasks set messages aside (the queries' plans were fixed before now).
         spark.sparkContext.setLocalProperty(DEAD_LETTER_PROPERTY, json.dumps(dead_letter.to_json()))
         trackers = self._pipeline.trackers(snapshots, dead_letter, config.index_compact_after)
+        for tracker in trackers.values():
+            if isinstance(tracker, KafkaTracker):
+                tracker.check_topics()  # Spark's source would wait for a missing topic without a word
         self._start_planners(snapshots)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, trackers)

@@ -126,13 +126,13 @@ class Admin:
         return {TopicPartition(tp.topic, tp.partition): future.result(timeout=CLIENT_TIMEOUT_S).offset
                 for tp, future in futures.items()}
 
-    def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
-        found = []
-        for topic in topics:
-            metadata = self.client.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
-            if metadata.error is not None:
-                from confluent_kafka import KafkaException
+    def topics(self) -> dict[str, list[int]]:
+        """The cluster's topics and their partitions. Asks for all of them: a request naming
+        a topic creates it on a broker with auto.create.topics.enable."""
+        metadata = self.client.list_topics(timeout=CLIENT_TIMEOUT_S)
+        return {name: sorted(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 
-                raise KafkaException(metadata.error)
-            found += [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
-        return found
+    def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
+        """The partitions of ``topics`` (none for a topic that does not exist)."""
+        known = self.topics()
+        return [TopicPartition(topic, p) for topic in topics for p in known.get(topic, [])]

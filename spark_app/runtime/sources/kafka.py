@@ -69,6 +69,10 @@ RAW_DECODE_LIMIT = 4096
 """A rejected message's value is kept as text up to this many bytes."""
 
 
+class KafkaTopicMissing(Exception):
+    """A topic a source names does not exist on its cluster."""
+
+
 class KafkaDataLost(Exception):
     """Records a source had not read are gone from Kafka, and the source may not skip them."""
 
@@ -224,6 +228,20 @@ class KafkaTracker:
         self._spec = spec
         self._admin = Admin(spec.connection)
         self._dead_letter = dead_letter
+
+    def check_topics(self) -> None:
+        """At start: the topics the source names exist (a pattern waits for its topics)."""
+        if not self._spec.topics:
+            return
+        known = self._admin.topics()
+        missing = [topic for topic in self._spec.topics if topic not in known]
+        if missing:
+            names = ", ".join(repr(topic) for topic in missing)
+            raise KafkaTopicMissing(
+                f"source {self._spec.persistent_id!r}: topic {names} does not exist on the Kafka cluster at "
+                f"{self._spec.connection.bootstrap_servers}: create it (kafka-topics.sh --create --topic ...) or "
+                "correct the name; to wait for topics that do not exist yet, read a pattern "
+                "(sa.io.kafka.read(pattern=...))")
 
     def caught_up(self, committed: Offset | None) -> bool:
         done = parse_offsets(committed or {})

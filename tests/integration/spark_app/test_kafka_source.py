@@ -20,7 +20,15 @@ import time
 import pytest
 
 from spark_app import contract
-from spark_app.faults import AFTER_OUTPUT
+from spark_app.faults import (
+    AFTER_COMMIT,
+    AFTER_OUTPUT,
+    AFTER_PUBLISH,
+    AFTER_SNAPSHOT_COMMIT,
+    AFTER_SNAPSHOT_WRITE,
+    IN_RECOVERY,
+    IN_STORAGE_WRITE,
+)
 from tests.integration.spark_app.harness import Workspace, fold, multiset, read_changelog
 from tests.integration.spark_app.test_resume import inspect
 from tests.integration.spark_app.words import expected_counts, expected_even, messages, rows
@@ -28,6 +36,7 @@ from tests.support.kafka import KafkaBroker, Message
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
+CHAOS = "CHAOS_ROUNDS" in os.environ
 ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
 FILES = 12
 MIN_KILLS = 2
@@ -102,6 +111,33 @@ def test_kill_9_while_messages_arrive_loses_and_repeats_nothing(
     assert head["sources"]["words"]["malformed"] == 2  # type: ignore[index]
     assert head["sources"]["words"]["lost"] == 0  # type: ignore[index]
     assert head["offsets"]["words"] == {topic: {str(p): o for p, o in kafka_broker.end_offsets(topic).items()}}  # type: ignore[index]
+
+
+# Each driver of the walk is killed at one point, in the batch after the last one it found
+# committed (the counted points: the first time it reaches them). make test walks a sample;
+# make test-chaos every point.
+FAULT_WALK = ([(AFTER_OUTPUT, 1), (AFTER_COMMIT, 2), (AFTER_PUBLISH, 3), (AFTER_SNAPSHOT_WRITE, 4),
+               (AFTER_SNAPSHOT_COMMIT, 5), (IN_RECOVERY, 1), (IN_STORAGE_WRITE, 3)] if CHAOS else
+              [(AFTER_COMMIT, 1), (AFTER_SNAPSHOT_WRITE, 2), (IN_RECOVERY, 1)])
+
+
+def test_kill_9_at_each_fault_point_in_turn_loses_and_repeats_nothing(
+        kafka_broker: KafkaBroker, fs_workspace: Workspace) -> None:
+    workspace = fs_workspace
+    topic = kafka_broker.new_topic(partitions=2)
+    produce_files(kafka_broker, topic, range(FILES), 2)
+    for epoch, (point, n) in enumerate(FAULT_WALK, start=1):
+        # Batches of at most 7 offsets, each snapshotted (the snapshot points are reached).
+        driver = workspace.kafka_driver(kafka_broker.bootstrap_servers, topic, "--max-offsets-per-trigger", "7",
+                                        "--snapshot-interval-ms", "1",
+                                        env={"SPARK_APP_EPOCH": str(epoch), "SPARK_APP_FAULT": f"{point}:{n}"}).start()
+        assert driver.wait() == -9, f"not killed at {point}:{n}: " + driver.output()[-3000:]
+    final = workspace.kafka_driver(kafka_broker.bootstrap_servers, topic, "--stop-when-idle",
+                                   env={"SPARK_APP_EPOCH": str(len(FAULT_WALK) + 1)}).start()
+    assert final.wait() == 0, final.output()[-3000:]
+    exact(workspace, range(FILES))
+    assert committed(workspace)["offsets"]["words"] == {  # type: ignore[index]
+        topic: {str(p): o for p, o in kafka_broker.end_offsets(topic).items()}}
 
 
 def test_bounded_batches_a_replayed_batch_and_partitions_added_mid_run(
@@ -190,3 +226,11 @@ def test_the_first_start_reads_from_latest_and_a_restart_resumes_from_the_commit
                                     "--stop-when-idle", env={"SPARK_APP_EPOCH": "2"}).start()
     assert second.wait() == 0, second.output()[-3000:]
     exact(workspace, range(2, 6))
+
+
+def test_a_missing_topic_stops_the_driver_naming_it(kafka_broker: KafkaBroker, fs_workspace: Workspace) -> None:
+    driver = fs_workspace.kafka_driver(kafka_broker.bootstrap_servers, "no-such-topic", "--stop-when-idle").start()
+    assert driver.wait() == contract.EXIT_MISCONFIGURED, driver.output()[-3000:]
+    assert driver.termination_message().startswith(
+        f"source 'words': topic 'no-such-topic' does not exist on the Kafka cluster at {kafka_broker.bootstrap_servers}: "
+        "create it")

@@ -17,6 +17,7 @@ parser.add_argument("--starting-offsets", default="earliest")
 parser.add_argument("--max-offsets-per-trigger", type=int, default=100_000)
 parser.add_argument("--skip-data-loss", action="store_true", help="fail_on_data_loss=False")
 parser.add_argument("--trigger-interval-ms", type=int, default=200)
+parser.add_argument("--snapshot-interval-ms", type=int, default=2000)
 parser.add_argument("--stop-when-idle", action="store_true")
 args = parser.parse_args()
 
@@ -30,7 +31,7 @@ sa.io.jsonlines.write(words.filter("n % 2 = 0"), f"{args.out_dir}/even.jsonlines
 
 sa.run(
     persistence_config=sa.persistence.Config.simple_config(sa.persistence.Backend.from_uri(args.state),
-                                                           snapshot_interval_ms=2000),
+                                                           snapshot_interval_ms=args.snapshot_interval_ms),
     trigger_interval_ms=args.trigger_interval_ms,
     stop_when_idle=args.stop_when_idle,
 )
