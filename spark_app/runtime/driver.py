@@ -418,8 +418,11 @@ class Driver:
     def _lag(self, name: str, progress: Mapping[str, Any], head: QueryHead | None) -> dict[str, Any]:
         """Per Kafka source, what its partitions hold beyond the committed offsets: the
         latest offsets Spark saw last (its progress lists its sources as its offset log does)."""
+        sources = self._pipeline.queries[name].sources
+        if not any(pid in self._pipeline.kafka for pid in sources):
+            return {}
         lines = [_offset_line(source.get("latestOffset")) for source in progress.get("sources") or []]
-        latest = offsets_by_source(name, self._pipeline.queries[name].sources, lines)
+        latest = offsets_by_source(name, sources, lines)
         found: dict[str, Any] = {}
         for pid, offset in latest.items():
             if pid in self._pipeline.kafka:

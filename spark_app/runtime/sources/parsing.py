@@ -210,7 +210,7 @@ def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Pars
         except _JSON_ERRORS as error:
             if len(part) == 1:
                 number, line = part[0]
-                rejected.append(Rejected(number, line.decode("utf-8", "replace"), _json_error(line, error)))
+                rejected.append(Rejected(number, line.decode("utf-8", "replace"), _json_error(line, error, schema)))
                 continue
         middle = len(part) // 2
         pending += [part[middle:], part[:middle]]  # the first half is read first: rows keep their order
@@ -232,14 +232,28 @@ def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def _json_error(line: bytes, error: Exception) -> str:
+def _json_error(line: bytes, error: Exception, schema: pa.Schema) -> str:
     try:
         value = json.loads(line)
     except json.JSONDecodeError as decode_error:
         return f"not valid JSON: {decode_error.msg} at column {decode_error.colno}"
     if not isinstance(value, dict):
         return f"expected a JSON object, found {type(value).__name__}"
+    for field in schema:
+        if field.name in value and not _fits(value[field.name], field.type):
+            found = value[field.name]
+            text = found if isinstance(found, str) else json.dumps(found)
+            return f"column {field.name!r}: cannot read {text[:200]!r} as {_type_name(field.type)}"
     return str(error).split("\n")[0].removeprefix("JSON parse error: ")
+
+
+def _fits(value: object, data_type: pa.DataType) -> bool:
+    """Whether one JSON value reads as ``data_type`` (Arrow's message names neither)."""
+    try:
+        _read_json(json.dumps({"v": value}).encode(), pa.schema([("v", data_type)]))
+    except _JSON_ERRORS:
+        return False
+    return True
 
 
 def _all_strings(data: bytes, schema: pa.Schema, fmt: CsvFormat) -> dict[str, pa.DataType]:

@@ -32,7 +32,7 @@ def test_each_json_message_is_one_record_and_the_others_are_set_aside_with_the_r
     assert parsed.rejected == {
         2: "the message has no value (a tombstone)",
         3: "the message's value is empty",
-        4: "Column(/n) changed from number to string in row 0",
+        4: "column 'n': cannot read 'x' as INT",
         5: "expected a JSON object, found list",
         6: "holds 2 records; a message must hold one",
         7: "not valid JSON: Expecting value at column 1",
