@@ -224,9 +224,9 @@ class KafkaTracker:
     caught up when the committed offsets reach every partition's last stable offset;
     counters of offsets read, messages set aside and offsets lost to retention."""
 
-    def __init__(self, spec: KafkaSourceSpec, dead_letter: Backend) -> None:
+    def __init__(self, spec: KafkaSourceSpec, dead_letter: Backend, admin: Admin | None = None) -> None:
         self._spec = spec
-        self._admin = Admin(spec.connection)
+        self._admin = admin or Admin(spec.connection)
         self._dead_letter = dead_letter
 
     def check_topics(self) -> None:

@@ -4,10 +4,13 @@ the two clients' settings of a connection."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
 from spark_app.contract import KafkaConnection
+from spark_app.persistence import Backend
 from spark_app.runtime.kafka_clients import (
     TopicPartition,
     client_config,
@@ -15,7 +18,17 @@ from spark_app.runtime.kafka_clients import (
     parse_offsets,
     spark_options,
 )
-from spark_app.runtime.sources.kafka import Gap, data_lost, data_lost_in_spark, gaps, lag
+from spark_app.runtime.sources.dead_letters import kafka_origin, write_dead_letters
+from spark_app.runtime.sources.kafka import (
+    Gap,
+    KafkaDataLost,
+    KafkaSourceSpec,
+    KafkaTracker,
+    data_lost,
+    data_lost_in_spark,
+    gaps,
+    lag,
+)
 from spark_app.runtime.sources.parsing import CsvFormat, parse_messages
 from spark_app.state.identity import Manifest, SourceIdentity, compare
 
@@ -104,3 +117,47 @@ def test_a_source_may_change_its_format_but_not_between_files_and_kafka(old: str
 
     changes = compare(manifest(old), manifest(new), committed=set())
     assert [c.compatible for c in changes] == [compatible]
+
+
+class ListedOffsets:
+    """What an admin client would list: each partition's first and next offsets."""
+
+    def __init__(self, earliest: dict[TopicPartition, int], latest: dict[TopicPartition, int]) -> None:
+        self._earliest, self._latest = earliest, latest
+
+    def earliest(self, partitions: object) -> dict[TopicPartition, int]:
+        return dict(self._earliest)
+
+    def latest(self, partitions: object) -> dict[TopicPartition, int]:
+        return dict(self._latest)
+
+    def partitions(self, topics: object) -> list[TopicPartition]:
+        return sorted(self._latest, key=str)
+
+
+def tracker(tmp_path: Path, admin: ListedOffsets, skip_loss: bool = False) -> KafkaTracker:
+    spec = KafkaSourceSpec("clicks", KafkaConnection("k:9092"), topics=("t",), fail_on_data_loss=not skip_loss)
+    return KafkaTracker(spec, Backend.filesystem(str(tmp_path)), admin)  # type: ignore[arg-type]
+
+
+def test_the_tracker_counts_offsets_set_aside_messages_and_skipped_ones(tmp_path: Path) -> None:
+    letters = Backend.filesystem(str(tmp_path)).storage()
+    write_dead_letters(letters, "clicks", kafka_origin("t", 0, 12), [{"kind": "row", "offset": 13}, {"kind": "row"}])
+    write_dead_letters(letters, "clicks", kafka_origin("t", 0, 40), [{"kind": "row"}])  # a later batch's
+    skipping = tracker(tmp_path, ListedOffsets({T0: 12, T1: 0}, {T0: 30, T1: 9}), skip_loss=True)
+    start, end = {"t": {"0": 10, "1": 4}}, {"t": {"0": 30, "1": 9}}
+    assert skipping.unreadable(start, end) == {"lost": 2}
+    assert skipping.unreadable(None, end) == {"lost": 0}  # a first batch starts where Spark chose
+    assert skipping.counters({"offsets": 14, "malformed": 1, "lost": 3}, start, end) == {
+        "offsets": 14 + 20 + 5, "malformed": 3, "lost": 3}
+    assert skipping.describe(end) == '{"t":{"0":30,"1":9}}'
+    with pytest.raises(KafkaDataLost, match="offsets 10 to 11 of topic 't' partition 0"):
+        tracker(tmp_path, ListedOffsets({T0: 12, T1: 0}, {})).unreadable(start, end)
+
+
+def test_the_tracker_is_caught_up_when_every_partition_s_records_are_committed(tmp_path: Path) -> None:
+    listed = ListedOffsets({}, {T0: 30, T1: 9})
+    assert tracker(tmp_path, listed).caught_up({"t": {"0": 30, "1": 9}})
+    assert not tracker(tmp_path, listed).caught_up({"t": {"0": 30, "1": 8}})
+    assert not tracker(tmp_path, listed).caught_up({"t": {"0": 30}})  # a partition added since
+    assert not tracker(tmp_path, listed).caught_up(None)
