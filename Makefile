@@ -154,7 +154,7 @@ deploy-manifest: bins ## Render deploy/persistent-pipelines.yaml from the chart 
 	deploy/render.sh $(HELM) > deploy/persistent-pipelines.yaml
 
 .PHONY: demo
-demo: setup ## The whole story on the local cluster: helm install, two pipelines, kill -9 the drivers, resume, summary.
+demo: setup ## The whole story on the local cluster: helm install, three pipelines (one reads a Kafka topic), kill -9 the drivers, resume, summary.
 	$(PY) -m demo run
 
 .PHONY: demo-clean
