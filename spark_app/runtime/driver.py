@@ -400,7 +400,8 @@ class Driver:
                 malformed=sum(c.get("malformed", 0) for c in sources),
                 file_problems=sum(c.get("file_problems", 0) for c in sources),
                 iterate=head.iterate if head else None,
-                lag=self._lag(name, progress, head),
+                lag=query_lag(name, self._pipeline.queries[name].sources, set(self._pipeline.kafka), progress,
+                              head.offsets if head else {}),
                 active=bool(status.get("isTriggerActive")),
                 backlog=bool(status.get("isDataAvailable")),
                 input_rows_per_s=progress.get("inputRowsPerSecond"),
@@ -414,21 +415,6 @@ class Driver:
         return contract.DriverReport(state=self._state, epoch=session.epoch if session else None,
                                      stored_epoch=session.previous_epoch if session else None, queries=queries,
                                      backfills=backfills)
-
-    def _lag(self, name: str, progress: Mapping[str, Any], head: QueryHead | None) -> dict[str, Any]:
-        """Per Kafka source, what its partitions hold beyond the committed offsets: the
-        latest offsets Spark saw last (its progress lists its sources as its offset log does)."""
-        sources = self._pipeline.queries[name].sources
-        if not any(pid in self._pipeline.kafka for pid in sources):
-            return {}
-        lines = [_offset_line(source.get("latestOffset")) for source in progress.get("sources") or []]
-        latest = offsets_by_source(name, sources, lines)
-        found: dict[str, Any] = {}
-        for pid, offset in latest.items():
-            if pid in self._pipeline.kafka:
-                committed = parse_offsets(head.offsets.get(pid, {})) if head else {}
-                found[pid] = kafka_lag(parse_offsets(offset), committed)
-        return found
 
     # ---- used by the batch handlers ----------------------------------------------------
 
@@ -554,6 +540,19 @@ def _first_line(text: str) -> str:
 
 def _describe_heads(heads: dict[str, QueryHead]) -> str:
     return ", ".join(f"{n} batch {h.batch}" for n, h in sorted(heads.items())) or "no batch committed"
+
+
+def query_lag(query: str, sources: tuple[str, ...], kafka: set[str], progress: Mapping[str, Any],
+              committed: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per Kafka source of a query, what its partitions hold beyond the ``committed`` offsets:
+    the latest offsets Spark saw last (its progress lists its sources as its offset log
+    does, so offsets_by_source names them)."""
+    if not any(pid in kafka for pid in sources):
+        return {}
+    lines = [_offset_line(source.get("latestOffset")) for source in progress.get("sources") or []]
+    latest = offsets_by_source(query, sources, lines)
+    return {pid: kafka_lag(parse_offsets(offset), parse_offsets(committed.get(pid, {})))
+            for pid, offset in latest.items() if pid in kafka}
 
 
 def _offset_line(offset: Any) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from spark_app.contract import KafkaConnection
 from spark_app.persistence import Backend
+from spark_app.runtime.driver import query_lag
 from spark_app.runtime.kafka_clients import (
     TopicPartition,
     client_config,
@@ -161,3 +162,16 @@ def test_the_tracker_is_caught_up_when_every_partition_s_records_are_committed(t
     assert not tracker(tmp_path, listed).caught_up({"t": {"0": 30, "1": 8}})
     assert not tracker(tmp_path, listed).caught_up({"t": {"0": 30}})  # a partition added since
     assert not tracker(tmp_path, listed).caught_up(None)
+
+
+def test_lag_names_each_kafka_source_of_a_query_by_its_place_in_spark_s_progress() -> None:
+    # A file source and two topics, as Spark's progress lists them: latest offsets (JSON
+    # objects, as lastProgress gives them), the file source's naming itself.
+    progress = {"sources": [{"latestOffset": {"clicks": {"0": 40, "1": 7}}},
+                            {"latestOffset": {"source": "words", "files": 3}},
+                            {"latestOffset": {"views": {"0": 5}}}]}
+    committed = {"clicks_topic": {"clicks": {"0": 38, "1": 7}}, "words": {"source": "words", "files": 2}}
+    lagging = query_lag("q", ("clicks_topic", "words", "views_topic"), {"clicks_topic", "views_topic"}, progress,
+                        committed)
+    assert lagging == {"clicks_topic": {"clicks": {"0": 2, "1": 0}}, "views_topic": {"views": {"0": 5}}}
+    assert query_lag("q", ("words",), set(), progress, committed) == {}
