@@ -86,6 +86,9 @@ class Demo:
         self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "kafka.yaml")))
         self.target.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "pod/kafka-0", "--timeout=180s")
         self.say("the Kafka broker kafka-0 is ready (Service kafka:9092)")
+        # The pipeline's driver stops at start if its topic does not exist (exit code 2).
+        self.run_producer("create-topic", [])
+        self.say(f"a producer pod created the topic {story.KAFKA_TOPIC}")
         self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "kafka-pipeline.yaml")))
         self.say(f"their files: the claim 'data', on this machine {self.target.claim_folder(NAMESPACE, 'data')}")
 
@@ -158,10 +161,13 @@ class Demo:
                  f"a producer pod wrote the same {len(WORD_FILES[words])} words to the topic {story.KAFKA_TOPIC}")
 
     def produce(self, words: str) -> None:
-        """The words of one input file as messages, from a pod inside the cluster (the broker
-        is reached by its Service name), in one transaction."""
-        name = f"produce-{words.removesuffix('.csv')}"
-        pod = story.producer_pod(name, SPARK_APP_IMAGE, WORD_FILES[words])
+        """The words of one input file as messages, in one transaction."""
+        self.run_producer(f"produce-{words.removesuffix('.csv')}", WORD_FILES[words])
+
+    def run_producer(self, name: str, words: list[str]) -> None:
+        """A pod inside the cluster (the broker is reached by its Service name) that creates
+        the topic if it is missing and writes ``words`` to it; waits for it to succeed."""
+        pod = story.producer_pod(name, SPARK_APP_IMAGE, words)
         self.target.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(pod))
         self.target.kubectl("wait", "-n", NAMESPACE, "--for=jsonpath={.status.phase}=Succeeded", f"pod/{name}",
                             "--timeout=120s")

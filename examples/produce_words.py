@@ -18,7 +18,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--bootstrap-servers", required=True)
 parser.add_argument("--topic", required=True)
 parser.add_argument("--partitions", type=int, default=2)
-parser.add_argument("words", nargs="+")
+parser.add_argument("words", nargs="*", help="none: only create the topic")
 args = parser.parse_args()
 
 admin = AdminClient({"bootstrap.servers": args.bootstrap_servers})
