@@ -8,6 +8,7 @@ offsets). Credentials go into these settings inside the driver only; what prints
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,14 +118,28 @@ class Admin:
         return self._list(partitions, OffsetSpec.latest(), isolation_level=IsolationLevel.READ_COMMITTED)
 
     def _list(self, partitions: Iterable[TopicPartition], spec: Any, **options: Any) -> PartitionOffsets:
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka import TopicPartition as KafkaPartition
 
-        request = {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions}
-        if not request:
+        wanted = list(partitions)
+        if not wanted:
             return {}
-        futures = self.client.list_offsets(request, request_timeout=CLIENT_TIMEOUT_S, **options)
-        return {TopicPartition(tp.topic, tp.partition): future.result(timeout=CLIENT_TIMEOUT_S).offset
-                for tp, future in futures.items()}
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while True:
+            request = {KafkaPartition(tp.topic, tp.partition): spec for tp in wanted}
+            futures = self.client.list_offsets(request, request_timeout=CLIENT_TIMEOUT_S, **options)
+            try:
+                return {TopicPartition(tp.topic, tp.partition): future.result(timeout=CLIENT_TIMEOUT_S).offset
+                        for tp, future in futures.items()}
+            except KafkaException as error:
+                # A partition added since the client first read the cluster's metadata: it
+                # answers from its cache and does not know it. A new client reads it afresh.
+                unknown = error.args and isinstance(error.args[0], KafkaError) and \
+                    error.args[0].code() == KafkaError._UNKNOWN_PARTITION
+                if not unknown or time.monotonic() > deadline:
+                    raise
+                self._client = None
+                time.sleep(0.2)
 
     def topics(self) -> dict[str, list[int]]:
         """The cluster's topics and their partitions. Asks for all of them: a request naming
