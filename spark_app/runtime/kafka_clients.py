@@ -132,13 +132,17 @@ class Admin:
                 return {TopicPartition(tp.topic, tp.partition): future.result(timeout=CLIENT_TIMEOUT_S).offset
                         for tp, future in futures.items()}
             except KafkaException as error:
-                # A partition added since the client first read the cluster's metadata: it
-                # answers from its cache and does not know it. A new client reads it afresh.
+                # A partition added since the client last read its topic's metadata: it
+                # answers from its cache. Read the topics' metadata again (they exist: no
+                # auto-creation), then ask again. The client is kept, not replaced: a
+                # dropped client may be destroyed from librdkafka's own thread, which aborts
+                # (confluent-kafka-python#2129).
                 unknown = error.args and isinstance(error.args[0], KafkaError) and \
                     error.args[0].code() == KafkaError._UNKNOWN_PARTITION
                 if not unknown or time.monotonic() > deadline:
                     raise
-                self._client = None
+                for topic in sorted({tp.topic for tp in wanted}):
+                    self.client.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
                 time.sleep(0.2)
 
     def topics(self) -> dict[str, list[int]]:

@@ -67,6 +67,7 @@ class KafkaOutput(Output):
         self._head = OutputHead(position=-1, rows=0)
         self._producer: Any = None
         self._marker_consumer: Any = None
+        self._admin: Any = None
         self._failure: Any = None
         """The first delivery error of the batch in flight."""
         self._in_kafka = -1
@@ -106,9 +107,13 @@ class KafkaOutput(Output):
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(client_config(self._connection))
+        if self._admin is None:
+            # Kept for the output's life: a client dropped after a request may be destroyed
+            # from librdkafka's own thread, which aborts (confluent-kafka-python#2129).
+            self._admin = AdminClient(client_config(self._connection))
         request = [ConsumerGroupTopicPartitions(self.transactional_id, [TopicPartition(self.topic, MARKER_PARTITION)])]
-        futures = admin.list_consumer_group_offsets(request, require_stable=True, request_timeout=CLIENT_TIMEOUT_S)
+        futures = self._admin.list_consumer_group_offsets(request, require_stable=True,
+                                                          request_timeout=CLIENT_TIMEOUT_S)
         result = futures[self.transactional_id].result(timeout=CLIENT_TIMEOUT_S)
         offset = result.topic_partitions[0].offset if result.topic_partitions else -1
         return max(0, int(offset))
