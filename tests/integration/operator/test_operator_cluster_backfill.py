@@ -28,6 +28,7 @@ def table(ns: Namespace, tmp_path: Path) -> Iterator[Path]:
     path = ns.folder("data") / "accounts"
     writer = Writer(UNUSED_ENDPOINT, {"spark.sql.shuffle.partitions": "1"}, tmp_path / "writer.log")
     try:
+        assert writer.answer(240) == "ready"
         writer.call(f"create {path} {ROWS}", timeout=240)
     finally:
         writer.stop()
