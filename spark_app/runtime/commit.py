@@ -195,11 +195,13 @@ def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) 
     yet) named by persistent id. The offsets of spark_app's own sources name their source
     (a query may hold several relations of one source, e.g. an iterate's: each has a line
     of its own, all equal). A JVM source's offset (Kafka's, Delta's) names nothing: those
-    lines go, in order, to the query's sources that no line named."""
+    lines, and the "-" lines among them, go by position to the query's sources that no line
+    named (``sources`` is in Spark's order, pipeline.source_ids)."""
     named: dict[str, Any] = {}
-    unnamed: list[str] = []
+    unnamed: list[str | None] = []
     for line in lines:
         if not line or line == "-":
+            unnamed.append(None)
             continue
         offset = json.loads(line)
         source = offset.get("source") if isinstance(offset, dict) else None
@@ -212,11 +214,15 @@ def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) 
         else:
             unnamed.append(line)
     others = [pid for pid in sources if pid not in named]
-    if len(unnamed) > len(others):
-        raise StateDamaged(f"Spark's offset log of {query} has {len(unnamed)} offsets of sources that do not name "
+    offered = [line for line in unnamed if line is not None]
+    if len(offered) > len(others):
+        raise StateDamaged(f"Spark's offset log of {query} has {len(offered)} offsets of sources that do not name "
                            f"themselves, where the query has {len(others)} ({', '.join(others) or 'none'}): its "
                            "checkpoint belongs to another query")
-    return {**named, **{pid: json.loads(line) for pid, line in zip(others, unnamed, strict=False)}}
+    if len(unnamed) != len(others):
+        # Some "-" lines are of named sources' other relations: their places say nothing.
+        unnamed = list(offered)
+    return {**named, **{pid: json.loads(line) for pid, line in zip(others, unnamed, strict=False) if line is not None}}
 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:
