@@ -161,9 +161,10 @@ class Driver:
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
         dead_letter = Backend.from_uri(config.dead_letter_uri or self._pipeline.default_dead_letter(), options=s3)
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
-                                     {**config.source_limits, "index_compact_after": config.index_compact_after})
+                                     {**config.source_limits, "index_compact_after": config.index_compact_after},
+                                     config.outage_budget_s)
         trackers = self._pipeline.trackers(snapshots, dead_letter, config.index_compact_after)
-        self._start_planners(snapshots)
+        self._start_planners(snapshots, retry)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, trackers)
             self._handlers[name] = handler
@@ -174,12 +175,12 @@ class Driver:
         log.info("pipeline running at epoch %d: %s", self._session.epoch, ", ".join(
             f"{o.name} -> {o.path}" for q in self._pipeline.queries.values() for o in q.sink.outputs()))
 
-    def _start_planners(self, snapshots: Storage) -> None:
+    def _start_planners(self, snapshots: Storage, retry: RetryPolicy) -> None:
         """One planner per table source: it writes the plans the source's queries read."""
         spark = self._pipeline.spark()
         live = LiveSettingsFile(self._pipeline.environment.live_settings_file)
         for pid, source in self._pipeline.tables.items():
-            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema), PlanStore(snapshots, pid),
+            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema, retry), PlanStore(snapshots, pid),
                               source.settings, committed=functools.partial(self._plans_committed, pid),
                               poll_s=self._options.trigger_interval_ms / 1000,
                               live_rate=functools.partial(live.backfill_rate, pid))

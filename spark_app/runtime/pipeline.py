@@ -211,10 +211,11 @@ class Pipeline:
             },
         )
 
-    def write_context(self, snapshot: Backend, dead_letter: Backend, limits: Mapping[str, int]) -> None:
+    def write_context(self, snapshot: Backend, dead_letter: Backend, limits: Mapping[str, int],
+                      outage_budget_s: float) -> None:
         with open(self.context_path + ".tmp", "w") as handle:
-            json.dump({"snapshot": snapshot.to_json(), "dead_letter": dead_letter.to_json(), "limits": dict(limits)},
-                      handle)
+            json.dump({"snapshot": snapshot.to_json(), "dead_letter": dead_letter.to_json(), "limits": dict(limits),
+                       "outage_budget_s": outage_budget_s}, handle)
         os.replace(self.context_path + ".tmp", self.context_path)
 
     def _initial_conf(self) -> dict[str, str]:

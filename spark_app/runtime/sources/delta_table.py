@@ -48,8 +48,8 @@ from spark_app.runtime.sources.backfill import (
     progress,
 )
 from spark_app.runtime.sources.base import Offset
-from spark_app.runtime.sources.files import SourceOrderChanged, read_context
-from spark_app.storage import NotFound, Storage, join
+from spark_app.runtime.sources.files import SourceOrderChanged, read_context, retry_policy
+from spark_app.storage import NotFound, RetryPolicy, Storage, join
 
 log = logging.getLogger("spark_app")
 
@@ -186,11 +186,12 @@ def changelog_schema(table_schema: StructType) -> StructType:
 class DeltaTableView:
     """``backfill.TableView`` over a Delta table, with Arrow tables as rows."""
 
-    def __init__(self, spark: SparkSession, table: DeltaTableRef, schema: StructType) -> None:
+    def __init__(self, spark: SparkSession, table: DeltaTableRef, schema: StructType,
+                 retry: RetryPolicy | None = None) -> None:
         self._spark = spark
         self._table = table
         self._uri = table.uri
-        self._storage = table.location.storage()
+        self._storage = table.location.storage(retry or RetryPolicy())
         self._columns = [f.name for f in schema.fields]
         types = {f.name: f.dataType for f in schema.fields}
         self._key_types = [(k, types[k]) for k in table.key]
@@ -402,6 +403,7 @@ class PlanPartition(InputPartition):
     persistent_id: str
     number: int
     arrow_schema: pa.Schema
+    retry: RetryPolicy
 
 
 class PlanSource(DataSource):
@@ -420,6 +422,7 @@ class PlanStreamReader(DataSourceStreamReader):
         context = read_context(options["context"])
         self._pid = options["persistent_id"]
         self._state = Backend.from_json(context["snapshot"])
+        self._retry = retry_policy(context)
         self._per_trigger = max(1, int(options.get("max_plans_per_trigger", "1")))
         self._arrow_schema = to_arrow_schema(schema)
         self._position: int | None = None
@@ -428,7 +431,7 @@ class PlanStreamReader(DataSourceStreamReader):
     @property
     def _store(self) -> PlanStore:
         if self._store_cache is None:
-            self._store_cache = PlanStore(self._state.storage(), self._pid)
+            self._store_cache = PlanStore(self._state.storage(self._retry), self._pid)
         return self._store_cache
 
     def __getstate__(self) -> dict[str, Any]:
@@ -450,13 +453,13 @@ class PlanStreamReader(DataSourceStreamReader):
                     "query's sources were reordered or replaced since its state was written"
                 )
         self._position = int(end["plans"])
-        return [PlanPartition(self._state, self._pid, n, self._arrow_schema)
+        return [PlanPartition(self._state, self._pid, n, self._arrow_schema, self._retry)
                 for n in range(int(start["plans"]) + 1, int(end["plans"]) + 1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlanPartition)
         try:
-            table = PlanStore(partition.state.storage(), partition.persistent_id).read(partition.number)
+            table = PlanStore(partition.state.storage(partition.retry), partition.persistent_id).read(partition.number)
         except NotFound:
             raise BackfillError(f"plan {partition.number} of source {partition.persistent_id} is gone from the "
                                 "state; it is removed only once committed, so the state was changed by hand") from None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -36,7 +36,7 @@ from spark_app.runtime.sources.base import Offset
 from spark_app.runtime.sources.inputs import InputLocation
 from spark_app.runtime.sources.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
 from spark_app.state.file_index import FileIndex
-from spark_app.storage import FileEntry, NotFound, Storage, join
+from spark_app.storage import FileEntry, NotFound, RetryPolicy, Storage, join
 
 FORMAT_NAME = "spark_app_files"
 BLOCK_BYTES = 16 << 20
@@ -77,6 +77,8 @@ class ReadPlan:
     dead_letter: Backend
     csv: CsvFormat
     arrow_schema: pa.Schema
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How long unreachable storage is retried: the driver's outage budget."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,14 @@ def read_context(path: str) -> dict[str, Any]:
         ) from None
 
 
+def retry_policy(context: Mapping[str, Any]) -> RetryPolicy:
+    """The driver's outage budget, for a source's own storage calls: past it, the batch fails,
+    the driver exits with EXIT_STORAGE_UNAVAILABLE and is relaunched once storage is back,
+    rather than looking healthy while it retries for the default 15 minutes."""
+    budget = context.get("outage_budget_s")
+    return RetryPolicy() if budget is None else RetryPolicy(deadline_s=float(budget))
+
+
 class FileSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -120,6 +130,7 @@ class FileStreamReader(DataSourceStreamReader):
         self._pid = options["persistent_id"]
         self._parallelism = max(1, int(options.get("parallelism", "2")))
         self._snapshot = Backend.from_json(context["snapshot"])
+        self._retry = retry_policy(context)
         self._index_cache: FileIndex | None = None
         self._limits = Limits.from_options(options, context.get("limits", {}))
         self._compact_after = int(context.get("limits", {}).get("index_compact_after") or 0)
@@ -128,7 +139,8 @@ class FileStreamReader(DataSourceStreamReader):
         self._plan = ReadPlan(
             persistent_id=self._pid,
             format=options["format"],
-            input=InputLocation(Backend.from_json(json.loads(options["input"])), options.get("pattern", "*")),
+            input=InputLocation(Backend.from_json(json.loads(options["input"])), options.get("pattern", "*"),
+                                self._retry),
             dead_letter=Backend.from_json(context["dead_letter"]),
             csv=CsvFormat(
                 header=options.get("header", "true") == "true",
@@ -136,12 +148,13 @@ class FileStreamReader(DataSourceStreamReader):
                 quote=options.get("quote", '"'),
             ),
             arrow_schema=to_arrow_schema(schema),
+            retry=self._retry,
         )
 
     @property
     def _index(self) -> FileIndex:
         if self._index_cache is None:
-            self._index_cache = FileIndex(self._snapshot.storage(), self._pid, self._compact_after)
+            self._index_cache = FileIndex(self._snapshot.storage(self._retry), self._pid, self._compact_after)
         return self._index_cache
 
     def __getstate__(self) -> dict[str, Any]:
@@ -180,7 +193,7 @@ class FileStreamReader(DataSourceStreamReader):
 
 
 def read_files(plan: ReadPlan, files: Sequence[FileEntry]) -> Iterator[pa.RecordBatch]:
-    dead_letters = plan.dead_letter.storage()
+    dead_letters = plan.dead_letter.storage(plan.retry)
     for entry in files:
         set_aside: list[dict[str, Any]] = []
         for first_line, data in _blocks(plan, entry, set_aside):

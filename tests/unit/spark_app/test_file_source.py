@@ -91,3 +91,42 @@ def test_malformed_rows_are_counted_as_rows(tmp_path: Path, data: bytes) -> None
     p = plan(tmp_path)
     assert rows(p, [entry]) == [{"word": "a", "n": 1}, {"word": "c", "n": 3}]
     assert count_dead_letters(p.dead_letter, "words", [entry]) == file_source.SetAside(rows=1, files=0)
+
+
+def test_planning_a_batch_gives_up_on_unreachable_state_storage_within_the_outage_budget(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The driver's outage budget bounds the source's own storage calls too: a batch planned
+    while the state's S3 server is gone fails within the budget (the driver then exits with
+    EXIT_STORAGE_UNAVAILABLE), rather than retrying for the default 15 minutes while the
+    driver looks healthy. Found by the operator's outage test, where new input arrived
+    during the outage."""
+    import threading
+
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from spark_app.runtime.sources.files import FileStreamReader
+    from spark_app.storage import StorageUnavailable
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unit")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unit-secret")
+    admit(tmp_path, "a.csv", b"word,n\nx,1\n")
+    gone = Backend.s3("s3://gone/state", endpoint_url="http://127.0.0.1:9", region="us-east-1")
+    context = tmp_path / "context.json"
+    context.write_text(json.dumps({"snapshot": gone.to_json(), "dead_letter": Backend.filesystem(tmp_path / "dead").to_json(),
+                                   "limits": {}, "outage_budget_s": 1}))
+    reader = FileStreamReader({"context": str(context), "persistent_id": "words", "format": "csv",
+                               "input": json.dumps(Backend.filesystem(tmp_path / "in").to_json())},
+                              StructType([StructField("word", StringType()), StructField("n", IntegerType())]))
+    raised: list[BaseException] = []
+
+    def plan_a_batch() -> None:
+        try:
+            reader.latestOffset()
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            raised.append(error)
+
+    planning = threading.Thread(target=plan_a_batch, daemon=True)
+    planning.start()
+    planning.join(timeout=60)
+    assert not planning.is_alive(), "the source kept retrying past the outage budget"
+    assert raised and isinstance(raised[0], StorageUnavailable), raised
