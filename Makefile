@@ -154,7 +154,7 @@ deploy-manifest: bins ## Render deploy/persistent-pipelines.yaml from the chart 
 	deploy/render.sh $(HELM) > deploy/persistent-pipelines.yaml
 
 .PHONY: demo
-demo: setup ## The whole story on the local cluster: helm install, two pipelines, kill -9 the drivers, resume, summary.
+demo: setup ## The whole story on the local cluster: helm install, three pipelines (one reads a Kafka topic), kill -9 the drivers, resume, summary.
 	$(PY) -m demo run
 
 .PHONY: demo-clean
@@ -219,6 +219,10 @@ bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, 
 .PHONY: bench-iterate
 bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% inserts, 0.1% deletes.
 	$(PY) bench/iterate/run.py $(BENCH_ARGS)
+
+.PHONY: bench-kafka
+bench-kafka: setup ## A word count reading a Kafka topic: spark_app vs Structured Streaming, throughput and latency p50/p99.
+	$(PY) bench/kafka/run.py $(BENCH_ARGS)
 
 .PHONY: bench-backfill
 bench-backfill: setup ## A reader backfilling a 10M-row Delta table that keeps changing: rows/s, rate limits, live-change latency vs Delta's own stream, a kill half way.
