@@ -32,6 +32,7 @@ beside its snapshots (``outputs/<name>/changes/<batch>.jsonl``) until a snapshot
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -67,7 +68,6 @@ class KafkaOutput(Output):
         self._head = OutputHead(position=-1, rows=0)
         self._producer: Any = None
         self._marker_consumer: Any = None
-        self._admin: Any = None
         self._failure: Any = None
         """The first delivery error of the batch in flight."""
         self._in_kafka = -1
@@ -92,8 +92,10 @@ class KafkaOutput(Output):
         # Fences every earlier producer of this id, and ends what it left open: its
         # transaction is aborted, or completed if it had asked for the commit already.
         self._call(self._producer.init_transactions, CLIENT_TIMEOUT_S * 4)
-        # Only for the group's metadata: it never subscribes, so it never joins the group.
-        self._marker_consumer = Consumer({**client_config(self._connection), "group.id": self.transactional_id})
+        # For the group's metadata and its committed marker: it never subscribes, so it
+        # never joins the group.
+        self._marker_consumer = Consumer({**client_config(self._connection), "group.id": self.transactional_id,
+                                          "isolation.level": "read_committed"})
         self._in_kafka = self._marker() - 1
         log.info("output %s: transactional id %s; Kafka holds batches up to %d, the metadata log up to %d",
                  self.name, self.transactional_id, self._in_kafka, self._head.position)
@@ -103,20 +105,35 @@ class KafkaOutput(Output):
 
     def _marker(self) -> int:
         """The marker's offset (0: no batch committed in Kafka yet), once any transaction in
-        flight has ended (require_stable)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-        from confluent_kafka.admin import AdminClient
+        flight has ended (read_committed: the fetch requires stable offsets).
 
-        if self._admin is None:
-            # Kept for the output's life: a client dropped after a request may be destroyed
-            # from librdkafka's own thread, which aborts (confluent-kafka-python#2129).
-            self._admin = AdminClient(client_config(self._connection))
-        request = [ConsumerGroupTopicPartitions(self.transactional_id, [TopicPartition(self.topic, MARKER_PARTITION)])]
-        futures = self._admin.list_consumer_group_offsets(request, require_stable=True,
-                                                          request_timeout=CLIENT_TIMEOUT_S)
-        result = futures[self.transactional_id].result(timeout=CLIENT_TIMEOUT_S)
-        offset = result.topic_partitions[0].offset if result.topic_partitions else -1
-        return max(0, int(offset))
+        Read through the group's own consumer, not an admin client: librdkafka's admin
+        ListConsumerGroupOffsets dereferences the client's absent consumer group when the
+        broker answers NOT_COORDINATOR (a group coordinator still loading, as on a broker
+        just started), killing the driver with SIGSEGV in librdkafka's thread, where signals
+        are blocked and faulthandler cannot report it (librdkafka#5040). The consumer looks
+        the coordinator up again; its answer, retriable, is asked again until the deadline."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        wanted = [TopicPartition(self.topic, MARKER_PARTITION)]
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S * 4
+        while True:
+            try:
+                (found,) = self._marker_consumer.committed(wanted, timeout=CLIENT_TIMEOUT_S)
+            except KafkaException as error:
+                kafka_error = error.args[0] if error.args else None
+                coordinator_moving = isinstance(kafka_error, KafkaError) and kafka_error.code() in (
+                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                    KafkaError.COORDINATOR_NOT_AVAILABLE)  # retriable in Kafka's protocol
+                if coordinator_moving and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise KafkaWriteFailed(f"output {self.name}: reading the marker of group "
+                                       f"{self.transactional_id} failed: {kafka_error}") from None
+            if found.error is not None:
+                raise KafkaWriteFailed(f"output {self.name}: reading the marker of group {self.transactional_id} "
+                                       f"failed: {found.error}")
+            return max(0, int(found.offset))
 
     def _rebuild_state(self, snapshots: Storage) -> None:
         assert self._state is not None and self.key is not None

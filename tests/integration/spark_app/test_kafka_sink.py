@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,9 +19,9 @@ import pytest
 
 from spark_app import contract
 from spark_app.faults import AFTER_KAFKA_COMMIT, FAULT, FAULT_ACTION, IN_KAFKA_TRANSACTION
-from tests.integration.spark_app.harness import PIPELINES, Driver, Workspace, fold, multiset, write_csv
+from tests.integration.spark_app.harness import PIPELINES, REPO, Driver, Workspace, fold, multiset, write_csv
 from tests.integration.spark_app.words import expected_counts, expected_even, rows
-from tests.support.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker, start_broker, stop_broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -109,6 +111,41 @@ def test_a_stale_driver_is_fenced_by_the_producer_epoch(kafka_broker: KafkaBroke
     aborted = sum(len(changelog(kafka_broker, t, read_committed=False)) - len(changelog(kafka_broker, t))
                   for t in (topic, f"{topic}-even"))  # the frozen transaction was one output's
     assert aborted > 0
+
+
+START_AN_OUTPUT = """
+import logging, sys
+from spark_app.contract import KafkaConnection
+from spark_app.persistence import Backend
+from spark_app.runtime.sinks.base import OutputContext
+from spark_app.runtime.sinks.kafka import KafkaOutput
+
+logging.basicConfig(level=logging.INFO)
+bootstrap, topic, state_id, snapshots = sys.argv[1:]
+output = KafkaOutput("counts", topic, None, None, KafkaConnection(bootstrap))
+output.recover(None, OutputContext(1, state_id, Backend.from_uri(snapshots).storage()))
+output.close()
+"""
+
+
+def test_an_output_starts_on_a_broker_whose_group_coordinator_is_still_loading(tmp_path: Path) -> None:
+    """On a broker just started, the first offset fetches of a group are answered
+    NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS. The output's start reads its marker
+    then; through librdkafka's admin client that killed the driver with SIGSEGV before its
+    first batch (librdkafka#5040), seen as the sink tests' clean first run dying with -11.
+    Each start runs in a process of its own, so that a crash is an exit code here."""
+    (tmp_path / "kafka").mkdir()
+    process, broker = start_broker(tmp_path / "kafka")
+    try:
+        topic = broker.new_topic(partitions=2)
+        for state_id in ("first", "second", "third"):  # a new group each, as a new pipeline's
+            started = subprocess.run(
+                [sys.executable, "-c", START_AN_OUTPUT, broker.bootstrap_servers, topic, state_id,
+                 str(tmp_path / state_id)], cwd=REPO, capture_output=True, text=True, timeout=300)
+            assert started.returncode == 0, started.stderr[-3000:]
+            assert "Kafka holds batches up to -1" in started.stderr, started.stderr[-3000:]
+    finally:
+        stop_broker(process)
 
 
 def wait_until_stopped(driver: Driver, timeout: float = 180) -> None:
