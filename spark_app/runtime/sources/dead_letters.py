@@ -1,9 +1,12 @@
-"""Dead letters: what a source set aside, one object per origin (an input file, or the run
-of a Kafka partition that one task read), under the source's persistent id.
+"""Dead letters: what a source set aside, one object per origin (an input file, or a Kafka
+message), under the source's persistent id.
 
 An origin's object is written whole by the task that read it, from what the input held,
 so a replayed batch or a retried task rewrites the same object: counting a batch's dead
 letters reads back the objects of the batch's origins, which is exact whatever crashed.
+A Kafka message is its own origin, named by its offset: the queries that read one source
+(one per output) each cut a partition's offsets into batches their own way, so named by
+the first offset a task read, one query's letters stayed beside another's.
 Each line is a JSON object with ``source``, ``kind`` (``row``: a record that does not fit
 the schema; ``file``: a file that changed after it was admitted), ``raw``, ``error`` and
 where the record came from (``file`` and ``line``, or ``topic``, ``partition`` and ``offset``).
@@ -25,9 +28,9 @@ def dead_letter_key(persistent_id: str, origin: str) -> str:
     return join(persistent_id, f"{origin}.jsonl")
 
 
-def kafka_origin(topic: str, partition: int, first_offset: int) -> str:
-    """A Kafka partition's run of records, named by the first offset a task read."""
-    return f"{topic}/{partition}/{first_offset:020d}"
+def kafka_origin(topic: str, partition: int, offset: int) -> str:
+    """A Kafka message, named by its offset."""
+    return f"{topic}/{partition}/{offset:020d}"
 
 
 def write_dead_letters(storage: Storage, persistent_id: str, origin: str, records: list[dict[str, Any]]) -> None:
@@ -66,7 +69,7 @@ def count_dead_letters(dead_letter: Backend, persistent_id: str, origins: Iterab
 
 def kafka_origins(dead_letter: Backend, persistent_id: str, topic: str, partition: int,
                   start: int, end: int) -> list[str]:
-    """The runs of a partition with dead letters whose first offset is in [start, end)."""
+    """The messages of a partition in [start, end) that were set aside."""
     prefix = join(persistent_id, topic, str(partition)) + "/"
     found = []
     for key in dead_letter.storage().list(prefix):

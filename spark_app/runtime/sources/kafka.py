@@ -13,7 +13,7 @@ spark_app never reads one.
 Parsing. A message's value is one record (JSON object, CSV record without a header, or the
 raw bytes); ``ParseMessages`` runs in each task over Arrow batches and sets aside what does
 not fit, with topic, partition, offset and the reason, in the dead letters (one object per
-partition run a task read, spark_app.runtime.sources.dead_letters). The dead-letter location
+message, named by its offset, spark_app.runtime.sources.dead_letters). The dead-letter location
 reaches tasks as a local property of the query's jobs (``DEAD_LETTER_PROPERTY``), set by
 the driver once it knows it.
 
@@ -30,7 +30,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -45,12 +45,7 @@ from spark_app.runtime.kafka_clients import (
     spark_options,
 )
 from spark_app.runtime.sources.base import Offset
-from spark_app.runtime.sources.dead_letters import (
-    count_dead_letters,
-    kafka_origin,
-    kafka_origins,
-    write_dead_letters,
-)
+from spark_app.runtime.sources.dead_letters import kafka_origin, kafka_origins, write_dead_letters
 from spark_app.runtime.sources.parsing import CsvFormat, parse_messages
 
 FORMAT = "kafka"
@@ -142,47 +137,33 @@ class ParseMessages:
         self.plan = plan
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        runs: dict[tuple[str, int], _Run] = {}
+        rejected: list[dict[str, Any]] = []
         for batch in batches:
-            yield from self._parse(batch, runs)
-        rejected = [run for run in runs.values() if run.records]
+            yield from self._parse(batch, rejected)
         if rejected:
             storage = _dead_letter_backend().storage()
-            for run in rejected:
-                origin = kafka_origin(run.topic, run.partition, run.first_offset)
-                write_dead_letters(storage, self.plan.persistent_id, origin, run.records)
+            for record in rejected:
+                origin = kafka_origin(record["topic"], record["partition"], record["offset"])
+                write_dead_letters(storage, self.plan.persistent_id, origin, [record])
 
-    def _parse(self, batch: pa.RecordBatch, runs: dict[tuple[str, int], _Run]) -> Iterator[pa.RecordBatch]:
+    def _parse(self, batch: pa.RecordBatch, rejected: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
         plan = self.plan
-        topics = batch.column("topic").to_pylist()
-        partitions = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
-            run = runs.get((topic, partition))
-            if run is None:
-                runs[(topic, partition)] = _Run(topic, partition, offset)
-            elif offset < run.first_offset:
-                run.first_offset = offset
         if plan.value_format == "raw":
             yield from _with_columns(pa.table({"value": batch.column("value")}), batch, plan.columns, None)
             return
         values = batch.column("value").to_pylist()
         parsed = parse_messages(values, plan.value_schema, plan.value_format, plan.csv)
-        for index, error in parsed.rejected.items():
-            runs[(topics[index], partitions[index])].records.append({
-                "kind": "row", "topic": topics[index], "partition": partitions[index], "offset": offsets[index],
-                "raw": _text(values[index]), "error": error,
-            })
+        if parsed.rejected:
+            topics = batch.column("topic").to_pylist()
+            partitions = batch.column("partition").to_pylist()
+            offsets = batch.column("offset").to_pylist()
+            for index, error in parsed.rejected.items():
+                rejected.append({
+                    "kind": "row", "topic": topics[index], "partition": partitions[index], "offset": offsets[index],
+                    "raw": _text(values[index]), "error": error,
+                })
         if parsed.table.num_rows:
             yield from _with_columns(parsed.table, batch, plan.columns, parsed.kept)
-
-
-@dataclass
-class _Run:
-    topic: str
-    partition: int
-    first_offset: int
-    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _with_columns(values: pa.Table, batch: pa.RecordBatch, columns: tuple[str, ...],
@@ -270,12 +251,12 @@ class KafkaTracker:
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         first, until = parse_offsets(start or {}), parse_offsets(end)
         pid = self._spec.persistent_id
-        origins = [origin for tp, stop in until.items()
-                   for origin in kafka_origins(self._dead_letter, pid, tp.topic, tp.partition, first.get(tp, 0), stop)]
-        set_aside = count_dead_letters(self._dead_letter, pid, origins)
+        # One object per message set aside: counted by their names, not read.
+        set_aside = sum(len(kafka_origins(self._dead_letter, pid, tp.topic, tp.partition, first.get(tp, 0), stop))
+                        for tp, stop in until.items())
         return {
             "offsets": previous.get("offsets", 0) + sum(stop - first.get(tp, 0) for tp, stop in until.items()),
-            "malformed": previous.get("malformed", 0) + set_aside.rows,
+            "malformed": previous.get("malformed", 0) + set_aside,
             "lost": previous.get("lost", 0),
         }
 

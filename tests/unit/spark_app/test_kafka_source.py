@@ -4,6 +4,7 @@ the two clients' settings of a connection."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -143,8 +144,8 @@ def tracker(tmp_path: Path, admin: ListedOffsets, skip_loss: bool = False) -> Ka
 
 def test_the_tracker_counts_offsets_set_aside_messages_and_skipped_ones(tmp_path: Path) -> None:
     letters = Backend.filesystem(str(tmp_path)).storage()
-    write_dead_letters(letters, "clicks", kafka_origin("t", 0, 12), [{"kind": "row", "offset": 13}, {"kind": "row"}])
-    write_dead_letters(letters, "clicks", kafka_origin("t", 0, 40), [{"kind": "row"}])  # a later batch's
+    for offset in (12, 13, 40):  # 40: a later batch's
+        write_dead_letters(letters, "clicks", kafka_origin("t", 0, offset), [{"kind": "row", "offset": offset}])
     skipping = tracker(tmp_path, ListedOffsets({T0: 12, T1: 0}, {T0: 30, T1: 9}), skip_loss=True)
     start, end = {"t": {"0": 10, "1": 4}}, {"t": {"0": 30, "1": 9}}
     assert skipping.unreadable(start, end) == {"lost": 2}
@@ -154,6 +155,45 @@ def test_the_tracker_counts_offsets_set_aside_messages_and_skipped_ones(tmp_path
     assert skipping.describe(end) == '{"t":{"0":30,"1":9}}'
     with pytest.raises(KafkaDataLost, match="offsets 10 to 11 of topic 't' partition 0"):
         tracker(tmp_path, ListedOffsets({T0: 12, T1: 0}, {})).unreadable(start, end)
+
+
+def messages_read(topic: str, partition: int, first: int, values: list[bytes]) -> pa.RecordBatch:
+    """Rows of Spark's Kafka source, as a task reads them: offsets first, first + 1, ..."""
+    return pa.RecordBatch.from_pydict({
+        "key": [None] * len(values), "value": values, "topic": [topic] * len(values),
+        "partition": [partition] * len(values), "offset": list(range(first, first + len(values))),
+        "timestamp": [0] * len(values), "timestampType": [0] * len(values),
+    })
+
+
+def test_each_bad_message_is_set_aside_once_however_the_queries_cut_its_partition(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two queries read one source (one per output), each batch by batch from its own
+    offsets: one read offsets 7 to 14 of partition 2 (13 and 14 malformed) in one batch,
+    the other 7 to 12, then 13 to 14. Each bad message is one dead letter, counted once in
+    the batch of each query that read it. (Named by the first offset a task read, both
+    queries' letters were kept: the kill -9 test found a bad message twice.)"""
+    from spark_app.runtime.sources import kafka as kafka_source
+
+    backend = Backend.filesystem(str(tmp_path))
+    monkeypatch.setattr(kafka_source, "_dead_letter_backend", lambda: backend)
+    good = [b'{"word": "a", "n": 1}'] * 6
+    bad = [b'{"word": "w1", "n": "five"}', b"not json"]
+    parse = kafka_source.ParseMessages(
+        kafka_source.MessagePlan("clicks", "json", WORDS, (), CsvFormat(header=False)))
+    list(parse([messages_read("t", 2, 7, good + bad)]))      # one query's batch: 7 to 14
+    list(parse([messages_read("t", 2, 7, good)]))            # the other's: 7 to 12,
+    list(parse([messages_read("t", 2, 13, bad)]))            # then 13 to 14
+
+    letters = [json.loads(line) for path in sorted(tmp_path.rglob("*.jsonl")) for line in path.read_text().splitlines()]
+    assert sorted((r["topic"], r["partition"], r["offset"], r["raw"]) for r in letters) == [
+        ("t", 2, 13, bad[0].decode()), ("t", 2, 14, bad[1].decode())]
+    counting = tracker(tmp_path, ListedOffsets({}, {}))
+    t2 = TopicPartition("t", 2)
+    assert counting.counters({}, offsets_json({t2: 7}), offsets_json({t2: 15}))["malformed"] == 2
+    cut = counting.counters({}, offsets_json({t2: 7}), offsets_json({t2: 13}))
+    assert cut["malformed"] == 0
+    assert counting.counters(cut, offsets_json({t2: 13}), offsets_json({t2: 15}))["malformed"] == 2
 
 
 def test_the_tracker_is_caught_up_when_every_partition_s_records_are_committed(tmp_path: Path) -> None:
