@@ -199,9 +199,12 @@ test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
 	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
 
 .PHONY: test-chaos
-test-chaos: setup ## Every chaos family on both backends, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a frozen stale driver, storage outages; outputs exact.
+test-chaos: setup ## Every chaos family on both backends and on Kafka, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a frozen stale driver, storage outages; outputs exact.
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(PYTEST) tests/integration/spark_app/test_crash.py \
-	  tests/integration/spark_app/test_chaos.py -q -n 2 --durations=10 $(PYTEST_ARGS)
+	  tests/integration/spark_app/test_chaos.py \
+	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_while_messages_arrive_loses_and_repeats_nothing \
+	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_at_each_fault_point_in_turn_loses_and_repeats_nothing \
+	  -q -n 2 --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv ## ruff, the import-layering contracts and mypy (strict for the operator, contract, state, storage) of pyproject.toml.
