@@ -44,8 +44,9 @@ def read(
 
     Offsets commit with each batch under ``persistent_id``; a restart resumes from them
     (never from a consumer group). The first start reads from ``earliest`` or ``latest``.
-    A batch reads at most ``max_offsets_per_trigger`` records; partitions added to a topic
-    are picked up. Records removed by retention before they were read stop the driver with
+    A batch reads about ``max_offsets_per_trigger`` offsets (Spark splits them over the
+    partitions in proportion, at least one to each partition with records, so up to one
+    more per partition); partitions added to a topic are picked up. Records removed by retention before they were read stop the driver with
     an error naming topic, partition and the gap, unless ``fail_on_data_loss=False``: then
     they are skipped and counted (``lost``). Only committed records of transactions are read.
 

@@ -54,8 +54,9 @@ METADATA_COLUMNS = ("key", "headers", "topic", "partition", "offset", "timestamp
 """Columns of Spark's Kafka source a pipeline may keep beside the value's."""
 STARTING_OFFSETS = ("earliest", "latest")
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
-"""Records (offsets) one batch reads at most, over all partitions: a backlog drains in
-bounded batches."""
+"""Offsets one batch reads over all partitions: a backlog drains in bounded batches. Spark
+splits them in proportion to what each partition holds, rounding a share below one up (no
+partition starves), so a batch may read up to one offset more per partition."""
 DEAD_LETTER_PROPERTY = "spark_app.dead_letter"
 """A local property of the query's jobs: the dead-letter Backend as JSON."""
 log = logging.getLogger("spark_app")
