@@ -70,5 +70,27 @@ def crash_point(point: str, batch_id: int | None = None) -> None:
     else:
         count = batch_id
     if wanted == f"{point}:{count}":
-        stop = os.environ.get(FAULT_ACTION) == "stop"
-        os.killpg(os.getpgrp(), signal.SIGSTOP if stop else signal.SIGKILL)
+        if os.environ.get(FAULT_ACTION) == "stop":
+            _freeze_group()
+        else:
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # every thread dies on its way back to user space
+
+
+def _freeze_group() -> None:
+    """SIGSTOP to the process group, this thread stopping before its next step. A SIGSTOP
+    sent to the group is taken by one thread of this process (the main one), which then
+    stops the others, and this thread ran on meanwhile (into a Kafka commit, in a test of a
+    driver frozen before it). So the other processes of the group (the JVM, Python workers)
+    get it one by one, and this process through this thread, which then starts the stop."""
+    me, group = os.getpid(), os.getpgrp()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                pgrp = int(stat.read().rpartition(")")[2].split()[2])
+            if pgrp == group:
+                os.kill(int(entry), signal.SIGSTOP)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
