@@ -56,8 +56,9 @@ def test_the_backfill_rate_follows_the_resource_without_a_restart(ns: Namespace,
     ns.apply(reader(rows_per_second=0))
     eventually("a paused backfill in the status", lambda: backfill(ns).get("paused"), timeout=240)
     time.sleep(3)
-    assert backfill(ns)["rowsRead"] == 0  # (the table's size is known once a first chunk is planned)
-    assert "BackfillStarted" in ns.event_reasons("reader")
+    assert backfill(ns)["rowsRead"] == 0 and backfill(ns)["rowsTotal"] == ROWS
+    started = [message for _, reason, message in ns.events("reader") if reason == "BackfillStarted"]
+    assert started and f"{ROWS} rows in the table at version" in started[0] and "None" not in started[0], started
 
     ns.patch("reader", {"inputs": [{"persistentId": "accounts", "backfill": {"rowsPerSecond": 100}}]})
     eventually("the backfill resumed", lambda: "BackfillResumed" in ns.event_reasons("reader"), timeout=60)
