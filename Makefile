@@ -188,11 +188,21 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	$(PYTEST) tests/integration/localcluster -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> the state layer and spark_app on real Spark (filesystem and S3 backends)"
 	@# Two workers: much of a driver test is JVM start-up and waiting (925 s against 1,220 s serial).
-	$(PYTEST) tests/integration/state tests/integration/spark_app -q -n 2 --durations=5 $(PYTEST_ARGS)
+	$(TEST_JVM) $(PYTEST) tests/integration/state tests/integration/spark_app -q -n 2 --durations=5 $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
-	$(PYTEST) tests/integration/operator -q --durations=5 $(PYTEST_ARGS)
+	@# Two workers on one cluster (a namespace and an operator per test): most of a test is
+	@# waiting for a driver's JVM, a batch or a backoff. The cluster is brought up first and
+	@# down after, so that neither worker stops it under the other.
+	$(PY) -m localcluster up
+	$(PYTEST) tests/integration/operator -q -n 2 --durations=5 $(PYTEST_ARGS); \
+	  status=$$?; $(PY) -m localcluster down; exit $$status
 	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
 	$(PYTEST) tests/e2e -q --durations=5 $(PYTEST_ARGS)
+
+# The drivers the Spark suites start compile with C1 only: each lives seconds to minutes, and
+# on 2 cores C2's compiling is CPU the tests wait for (test_resume.py: 101 s against 92 s).
+# Pipelines the operator runs keep the JVM's defaults.
+TEST_JVM := JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1"
 
 .PHONY: test-unit
 test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
@@ -200,8 +210,8 @@ test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
 
 .PHONY: test-chaos
 test-chaos: setup ## Every chaos family on both backends and on Kafka, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a frozen stale driver, storage outages; outputs exact.
-	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(PYTEST) tests/integration/spark_app/test_crash.py \
-	  tests/integration/spark_app/test_chaos.py \
+	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(TEST_JVM) $(PYTEST) tests/integration/spark_app/test_crash.py \
+	  tests/integration/spark_app/test_chaos.py tests/integration/spark_app/test_table_backfill.py \
 	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_while_messages_arrive_loses_and_repeats_nothing \
 	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_at_each_fault_point_in_turn_loses_and_repeats_nothing \
 	  -q -n 2 --durations=10 $(PYTEST_ARGS)

@@ -329,8 +329,9 @@ class Planner:
             self._thread.join(timeout)
 
     def progress(self) -> Progress | None:
+        """None until the first plan has measured the table: a start has no size or version yet."""
         frontier = self._frontier
-        if frontier is None:
+        if frontier is None or frontier.version is None:
             return None
         return progress(frontier, self._meter.rate(), self._bucket.rate == 0)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,10 +115,11 @@ class Driver:
         path = Path(str(self.log_path) + ".end")
         return path.read_text() if path.exists() else ""
 
-    def wait_for_log(self, text: str, timeout: float = 180) -> None:
+    def wait_for_log(self, text: str, timeout: float = 180, pattern: bool = False) -> None:
+        """Until the driver logs ``text`` (a regular expression with ``pattern``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in self.output():
+            if (re.search(text, self.output(), re.MULTILINE) if pattern else text in self.output()):
                 return
             if self.process is not None and self.process.poll() is not None:
                 raise AssertionError(

@@ -61,8 +61,7 @@ KILL_POINTS = [
 BACKENDS = ["filesystem", "s3"]
 # make test: a sample; make test-chaos: CHAOS_ROUNDS rounds walking through every point on both backends.
 CASES = ([(r, KILL_POINTS[r % len(KILL_POINTS)], BACKENDS[(r // len(KILL_POINTS)) % 2]) for r in range(ROUNDS * 2)]
-         if CHAOS else [(0, (AFTER_COMMIT, 2), "filesystem"), (1, (IN_INDEX_COMPACTION, 1), "s3"),
-                        (2, (IN_STORAGE_WRITE, 6), "filesystem")])
+         if CHAOS else [(1, (IN_INDEX_COMPACTION, 1), "s3"), (2, (IN_STORAGE_WRITE, 6), "filesystem")])
 
 
 def exact(workspace: Workspace, files: int) -> None:
@@ -116,7 +115,8 @@ def test_a_driver_killed_at_a_fault_point_loses_and_repeats_nothing(
     assert "resuming" in resumed.output()
 
 
-FROZEN_CASES = [(r, BACKENDS[r % 2]) for r in range(ROUNDS * 2)] if CHAOS else [(0, "filesystem"), (1, "s3")]
+# make test: S3 only (its compaction and fencing go through conditional puts, the harder case).
+FROZEN_CASES = [(r, BACKENDS[r % 2]) for r in range(ROUNDS * 2)] if CHAOS else [(1, "s3")]
 
 
 @pytest.fixture
@@ -160,7 +160,9 @@ def test_a_frozen_stale_driver_thawed_after_compaction_writes_nothing_that_survi
     finally:
         stale.thaw()
     assert stale.wait(180) == contract.EXIT_FENCED, stale.output()[-3000:]
-    newer.wait_for_log(f"words: {last + 1} files", timeout=120)
+    for query in ("counts_jsonlines", "even_jsonlines"):  # each query's own line: one may lag the other
+        newer.wait_for_log(rf"query {query}: committed batch \d+ \(words: {last + 1} files\)", timeout=120,
+                           pattern=True)
     newer.terminate()
     assert newer.wait() == 0, newer.output()[-3000:]
     exact(workspace, last + 1)
