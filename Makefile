@@ -154,7 +154,7 @@ deploy-manifest: bins ## Render deploy/persistent-pipelines.yaml from the chart 
 	deploy/render.sh $(HELM) > deploy/persistent-pipelines.yaml
 
 .PHONY: demo
-demo: setup ## The whole story on the local cluster: helm install, two pipelines, kill -9 the drivers, resume, summary.
+demo: setup ## The whole story on the local cluster: helm install, three pipelines (one reads a Kafka topic), kill -9 the drivers, resume, summary.
 	$(PY) -m demo run
 
 .PHONY: demo-clean
@@ -209,9 +209,11 @@ test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
 	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
 
 .PHONY: test-chaos
-test-chaos: setup ## Every chaos family on both backends, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a frozen stale driver, storage outages; outputs exact.
+test-chaos: setup ## Every chaos family on both backends and on Kafka, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a frozen stale driver, storage outages; outputs exact.
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(TEST_JVM) $(PYTEST) tests/integration/spark_app/test_crash.py \
 	  tests/integration/spark_app/test_chaos.py tests/integration/spark_app/test_table_backfill.py \
+	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_while_messages_arrive_loses_and_repeats_nothing \
+	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_at_each_fault_point_in_turn_loses_and_repeats_nothing \
 	  -q -n 2 --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
@@ -230,6 +232,10 @@ bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, 
 .PHONY: bench-iterate
 bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% inserts, 0.1% deletes.
 	$(PY) bench/iterate/run.py $(BENCH_ARGS)
+
+.PHONY: bench-kafka
+bench-kafka: setup ## A word count reading a Kafka topic: spark_app vs Structured Streaming, throughput and latency p50/p99.
+	$(PY) bench/kafka/run.py $(BENCH_ARGS)
 
 .PHONY: bench-backfill
 bench-backfill: setup ## A reader backfilling a 10M-row Delta table that keeps changing: rows/s, rate limits, live-change latency vs Delta's own stream, a kill half way.

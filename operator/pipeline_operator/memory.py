@@ -64,6 +64,17 @@ class Checkpoint:
         parts = [f"{name} batch {q.batch}" for name, q in sorted(self.queries.items()) if q.batch is not None]
         return ", ".join(parts) or "no batch committed yet"
 
+    def lag(self) -> dict[tuple[str, str, str], int]:
+        """(source, topic, partition) -> records beyond the committed offsets: the slowest
+        output's where several read a source (each reads it on its own)."""
+        found: dict[tuple[str, str, str], int] = {}
+        for query in self.queries.values():
+            for pid, topics in query.lag.items():
+                for topic, partitions in topics.items():
+                    for partition, n in partitions.items():
+                        found[(pid, topic, partition)] = max(n, found.get((pid, topic, partition), 0))
+        return found
+
 
 @dataclass(frozen=True)
 class Condition:

@@ -117,6 +117,10 @@ class BatchHandler:
             df.write.format("noop").mode("overwrite").save()
             return
         batch_time_ms, offsets = self._read_offsets(batch_id)
+        # Before the output: a source that cannot read its part of the batch whole stops
+        # the driver here, or says what it skips (counted with the commit).
+        skipped = {pid: self._trackers[pid].unreadable(head.offsets.get(pid) if head else None, offset)
+                   for pid, offset in offsets.items()}
         session.check_not_fenced()
         try:
             written = self._spec.sink.write(Batch(batch_id, batch_time_ms, df))
@@ -124,20 +128,21 @@ class BatchHandler:
             self._spec.sink.aborted()
             raise
         crash_point(AFTER_OUTPUT, batch_id)
-        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
+        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets, skipped=skipped)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
                  ", ".join(f"{pid}: {self._trackers[pid].describe(o)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
-                offsets: dict[str, Any], kind: str = "commit") -> QueryHead:
+                offsets: dict[str, Any], kind: str = "commit",
+                skipped: Mapping[str, Mapping[str, int]] | None = None) -> QueryHead:
         new_head = QueryHead(
             batch=batch_id,
             batch_time_ms=batch_time_ms,
             commit_time_ms=int(time.time() * 1000),
             offsets=offsets,
             outputs={**(head.outputs if head else {}), **written.outputs},
-            sources=self._counters(head, offsets) if kind == "commit" else (head.sources if head else {}),
+            sources=self._counters(head, offsets, skipped or {}) if kind == "commit" else (head.sources if head else {}),
             iterate=written.iterate if written.iterate is not None else (head.iterate if head else None),
         )
         try:
@@ -182,11 +187,15 @@ class BatchHandler:
         metadata = json.loads(lines[1])
         return int(metadata.get("batchTimestampMs", 0)), offsets_by_source(self._name, self._spec.sources, lines[2:])
 
-    def _counters(self, head: QueryHead | None, offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
+    def _counters(self, head: QueryHead | None, offsets: dict[str, Any],
+                  skipped: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
         counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
         for pid, offset in offsets.items():
             start = head.offsets.get(pid) if head else None
-            counters[pid] = self._trackers[pid].counters(counters.get(pid, {}), start, offset)
+            previous = counters.get(pid, {})
+            counters[pid] = self._trackers[pid].counters(previous, start, offset)
+            for name, n in skipped.get(pid, {}).items():
+                counters[pid][name] = previous.get(name, 0) + n
         return counters
 
 

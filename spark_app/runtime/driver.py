@@ -10,6 +10,7 @@ driver. A driver superseded by a higher epoch stops without committing (Fenced).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -26,8 +27,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints
+from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints, offsets_by_source
 from spark_app.runtime.jvm.session import spark_conf
+from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
@@ -41,6 +43,14 @@ from spark_app.runtime.sources.delta_table import (
     PlanStore,
 )
 from spark_app.runtime.sources.files import SourceOrderChanged
+from spark_app.runtime.sources.kafka import (
+    DEAD_LETTER_PROPERTY,
+    KafkaDataLost,
+    KafkaTopicMissing,
+    KafkaTracker,
+    data_lost_in_spark,
+)
+from spark_app.runtime.sources.kafka import lag as kafka_lag
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
@@ -73,6 +83,8 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (LeaseDamaged, contract.EXIT_MISCONFIGURED),
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
     (StateDamaged, contract.EXIT_MISCONFIGURED),
+    (KafkaDataLost, contract.EXIT_MISCONFIGURED),
+    (KafkaTopicMissing, contract.EXIT_MISCONFIGURED),
     (BackfillError, contract.EXIT_MISCONFIGURED),
     (TableRewound, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
@@ -159,11 +171,21 @@ class Driver:
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
-        dead_letter = Backend.from_uri(config.dead_letter_uri or self._pipeline.default_dead_letter(), options=s3)
+        beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()
+        # A pipeline whose outputs are all Kafka topics keeps its dead letters with its state.
+        dead_letter = (Backend.from_uri(beside_output, options=s3) if beside_output else
+                       dataclasses.replace(config.snapshot_storage,
+                                           root=config.snapshot_storage.root.rstrip("/") + "/dead-letters"))
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
                                      {**config.source_limits, "index_compact_after": config.index_compact_after},
                                      config.outage_budget_s)
+        # Inherited by the queries started from this thread, and sent with their tasks: where
+        # Kafka sources' tasks set messages aside (the queries' plans were fixed before now).
+        spark.sparkContext.setLocalProperty(DEAD_LETTER_PROPERTY, json.dumps(dead_letter.to_json()))
         trackers = self._pipeline.trackers(snapshots, dead_letter, config.index_compact_after)
+        for tracker in trackers.values():
+            if isinstance(tracker, KafkaTracker):
+                tracker.check_topics()  # Spark's source would wait for a missing topic without a word
         self._start_planners(snapshots, retry)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, trackers)
@@ -257,6 +279,10 @@ class Driver:
         if error is None:
             raise RuntimeError(f"query {name} stopped by itself")
         message = _first_line(str(error))
+        kafka_sources = [pid for pid in self._pipeline.queries[name].sources if pid in self._pipeline.kafka]
+        lost = data_lost_in_spark(kafka_sources, str(error)) if kafka_sources else None
+        if lost is not None:
+            raise lost
         if not _looks_transient(str(error)):
             raise QueryFailed(f"query {name} failed: {message}")
         if restarts.started is None:
@@ -377,6 +403,8 @@ class Driver:
                 malformed=sum(c.get("malformed", 0) for c in sources),
                 file_problems=sum(c.get("file_problems", 0) for c in sources),
                 iterate=head.iterate if head else None,
+                lag=query_lag(name, self._pipeline.queries[name].sources, set(self._pipeline.kafka), progress,
+                              head.offsets if head else {}),
                 active=bool(status.get("isTriggerActive")),
                 backlog=bool(status.get("isDataAvailable")),
                 input_rows_per_s=progress.get("inputRowsPerSecond"),
@@ -491,6 +519,14 @@ _TRANSIENT_MARKERS = (
     # itself (the lower epoch can no longer commit it).
     "Multiple streaming queries are concurrently using",
     "CONCURRENT_STREAM_LOG_UPDATE",
+    # A Kafka broker that did not answer in time (down, or being restarted); a Kafka output's
+    # batch the broker did not take.
+    "org.apache.kafka.common.errors.TimeoutException",
+    "KafkaWriteFailed",
+    # Spark 4.1's Kafka source fails the progress report of a batch replayed after a restart
+    # (SPARK-55271: its metrics read latest offsets it never fetched), after the batch is in
+    # Spark's commit log: the query restarted from there plans the next batch as usual.
+    'because the return value of "scala.Option.get()" is null',
 )
 
 
@@ -507,3 +543,23 @@ def _first_line(text: str) -> str:
 
 def _describe_heads(heads: dict[str, QueryHead]) -> str:
     return ", ".join(f"{n} batch {h.batch}" for n, h in sorted(heads.items())) or "no batch committed"
+
+
+def query_lag(query: str, sources: tuple[str, ...], kafka: set[str], progress: Mapping[str, Any],
+              committed: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per Kafka source of a query, what its partitions hold beyond the ``committed`` offsets:
+    the latest offsets Spark saw last (its progress lists its sources as its offset log
+    does, so offsets_by_source names them)."""
+    if not any(pid in kafka for pid in sources):
+        return {}
+    lines = [_offset_line(source.get("latestOffset")) for source in progress.get("sources") or []]
+    latest = offsets_by_source(query, sources, lines)
+    return {pid: kafka_lag(parse_offsets(offset), parse_offsets(committed.get(pid, {})))
+            for pid, offset in latest.items() if pid in kafka}
+
+
+def _offset_line(offset: Any) -> str:
+    """A source's offset in a progress report, as the offset log writes it ("-": none yet)."""
+    if offset is None or offset == "null":
+        return "-"
+    return offset if isinstance(offset, str) else json.dumps(offset)

@@ -483,6 +483,9 @@ class PlanTracker:
         frontier = self._store.frontier()
         return frontier.finished and frontier.version == self._table.latest_version()
 
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        return {}  # the stored plans say what to read; a table rewound under them raises TableRewound
+
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         return {"plans": _plans(end)}
 

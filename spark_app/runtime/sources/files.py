@@ -33,10 +33,11 @@ from pyspark.sql.types import StructType
 
 from spark_app.persistence import Backend
 from spark_app.runtime.sources.base import Offset
+from spark_app.runtime.sources.dead_letters import count_dead_letters, write_dead_letters
 from spark_app.runtime.sources.inputs import InputLocation
 from spark_app.runtime.sources.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
 from spark_app.state.file_index import FileIndex
-from spark_app.storage import FileEntry, NotFound, RetryPolicy, Storage, join
+from spark_app.storage import FileEntry, NotFound, RetryPolicy, Storage
 
 FORMAT_NAME = "spark_app_files"
 BLOCK_BYTES = 16 << 20
@@ -85,10 +86,6 @@ class ReadPlan:
 class FilesPartition(InputPartition):
     plan: ReadPlan
     files: tuple[FileEntry, ...]
-
-
-def dead_letter_key(persistent_id: str, file_path: str) -> str:
-    return join(persistent_id, f"{file_path}.jsonl")
 
 
 def read_context(path: str) -> dict[str, Any]:
@@ -201,9 +198,8 @@ def read_files(plan: ReadPlan, files: Sequence[FileEntry]) -> Iterator[pa.Record
             set_aside += [{"kind": "row", **r.to_json()} for r in parsed.rejected]
             yield from parsed.table.to_batches(max_chunksize=65_536)
         if set_aside:
-            lines = [json.dumps({"source": plan.persistent_id, "file": entry.path, **r}, sort_keys=True)
-                     for r in set_aside]
-            dead_letters.write(dead_letter_key(plan.persistent_id, entry.path), ("\n".join(lines) + "\n").encode())
+            write_dead_letters(dead_letters, plan.persistent_id, entry.path,
+                               [{"file": entry.path, **r} for r in set_aside])
 
 
 def _blocks(plan: ReadPlan, entry: FileEntry, set_aside: list[dict[str, Any]]) -> Iterator[tuple[int, bytes]]:
@@ -267,32 +263,6 @@ def _file_problem(error: str) -> dict[str, Any]:
     return {"kind": "file", "line": None, "raw": "", "error": error}
 
 
-@dataclass(frozen=True)
-class SetAside:
-    """What a batch's files left in the dead letters."""
-
-    rows: int = 0
-    """Malformed rows."""
-    files: int = 0
-    """Files that vanished or changed after they were admitted."""
-
-
-def count_dead_letters(dead_letter: Backend, persistent_id: str, files: Sequence[FileEntry]) -> SetAside:
-    """What ``files`` set aside, read back from the dead-letter objects."""
-    storage = dead_letter.storage()
-    existing = set(storage.list(persistent_id + "/"))
-    rows = problems = 0
-    for entry in files:
-        key = dead_letter_key(persistent_id, entry.path)
-        if key in existing:
-            for record in _records(storage, key):
-                if record.get("kind") == "file":
-                    problems += 1
-                else:
-                    rows += 1
-    return SetAside(rows, problems)
-
-
 class FileTracker:
     """A file source in a query's commits: files read, rows and files set aside."""
 
@@ -305,10 +275,13 @@ class FileTracker:
         self._index.reload()
         return _files(committed) >= len(self._index)
 
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        return {}  # what was admitted stays readable (a file that changed is counted as a file problem)
+
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         first, last = _files(start), _files(end)
         files = self._index.files(first, last) if last > first else []
-        set_aside = count_dead_letters(self._dead_letter, self._pid, files)
+        set_aside = count_dead_letters(self._dead_letter, self._pid, [f.path for f in files])
         return {
             "files": last,
             "malformed": previous.get("malformed", 0) + set_aside.rows,
@@ -321,12 +294,6 @@ class FileTracker:
 
 def _files(offset: Offset | None) -> int:
     return int(offset.get("files", 0)) if offset else 0
-
-
-def _records(storage: Storage, key: str) -> Iterator[dict[str, Any]]:
-    for line in storage.read(key).splitlines():
-        if line.strip():
-            yield json.loads(line)
 
 
 def _parse(plan: ReadPlan, data: bytes, first_line: int) -> Parsed:

@@ -149,6 +149,14 @@ def write_csv(folder: Path, name: str, header: str, rows: list[str]) -> None:
     temp.rename(folder / name)
 
 
+def write_jsonlines(folder: Path, name: str, lines: list[str]) -> None:
+    """Writes a JSON-lines file aside, then renames it into place (atomic arrival)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = folder / f".{name}.tmp"
+    temp.write_text("".join(line + "\n" for line in lines))
+    temp.rename(folder / name)
+
+
 def read_changelog(path: Path) -> list[dict[str, Any]]:
     """The lines of an output; a NUL byte (a hole left by a write past the end) fails."""
     if not path.exists():
@@ -220,6 +228,18 @@ class Workspace:
         ]
         if self.endpoint_url:
             args += ["--endpoint-url", self.endpoint_url]
+        runs = len(list(self.root.glob("driver-*.log")))
+        driver = Driver(args, self.root / f"driver-{runs}.log", env or {})
+        self.started.append(driver)
+        return driver
+
+    def kafka_driver(self, bootstrap_servers: str | None, topic: str, *extra: str,
+                     env: dict[str, str] | None = None, pipeline: str = "kafka_words.py") -> Driver:
+        """A driver of a pipeline that reads ``topic`` (pipelines/kafka_words.py by default),
+        from ``bootstrap_servers`` or else the connection ``env`` gives (SPARK_APP_KAFKA_*)."""
+        servers = ["--bootstrap-servers", bootstrap_servers] if bootstrap_servers else []
+        args = [str(PIPELINES / pipeline), *servers, "--topic", topic,
+                "--out-dir", str(self.out), "--state", self.state, *extra]
         runs = len(list(self.root.glob("driver-*.log")))
         driver = Driver(args, self.root / f"driver-{runs}.log", env or {})
         self.started.append(driver)

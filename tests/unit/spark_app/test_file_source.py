@@ -10,7 +10,8 @@ import pytest
 
 from spark_app.persistence import Backend
 from spark_app.runtime.sources import files as file_source
-from spark_app.runtime.sources.files import ReadPlan, count_dead_letters, dead_letter_key, read_files
+from spark_app.runtime.sources.dead_letters import SetAside, count_dead_letters, dead_letter_key
+from spark_app.runtime.sources.files import ReadPlan, read_files
 from spark_app.runtime.sources.inputs import InputLocation
 from spark_app.runtime.sources.parsing import CsvFormat
 from spark_app.storage import FileEntry
@@ -63,7 +64,7 @@ def test_a_file_deleted_after_admission_is_recorded_and_skipped(tmp_path: Path) 
     assert rows(p, [gone, kept]) == [{"word": "b", "n": 2}]
     assert [r["error"] for r in dead(tmp_path, "gone.csv")] == [
         "the file was deleted after it was admitted; nothing of it was read"]
-    assert count_dead_letters(p.dead_letter, "words", [gone, kept]) == file_source.SetAside(rows=0, files=1)
+    assert count_dead_letters(p.dead_letter, "words", [gone.path, kept.path]) == SetAside(rows=0, files=1)
 
 
 def test_a_file_that_grew_is_read_as_admitted_and_reported(tmp_path: Path) -> None:
@@ -82,7 +83,7 @@ def test_a_file_that_shrank_is_read_as_far_as_it_goes_and_reported(tmp_path: Pat
     p = plan(tmp_path)
     assert rows(p, [entry]) == [{"word": "a", "n": 1}]
     assert "shorter than when it was admitted" in str(dead(tmp_path, "a.csv")[0]["error"])
-    assert count_dead_letters(p.dead_letter, "words", [entry]).files == 1
+    assert count_dead_letters(p.dead_letter, "words", [entry.path]).files == 1
 
 
 @pytest.mark.parametrize("data", [b"word,n\na,1\n\xffb,2\nc,3\n", b'word,n\na,1\n"b,2\nc,3\n'])
@@ -90,7 +91,7 @@ def test_malformed_rows_are_counted_as_rows(tmp_path: Path, data: bytes) -> None
     entry = admit(tmp_path, "a.csv", data)
     p = plan(tmp_path)
     assert rows(p, [entry]) == [{"word": "a", "n": 1}, {"word": "c", "n": 3}]
-    assert count_dead_letters(p.dead_letter, "words", [entry]) == file_source.SetAside(rows=1, files=0)
+    assert count_dead_letters(p.dead_letter, "words", [entry.path]) == SetAside(rows=1, files=0)
 
 
 def test_planning_a_batch_gives_up_on_unreachable_state_storage_within_the_outage_budget(
