@@ -188,7 +188,8 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	$(PYTEST) tests/integration/localcluster -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> the state layer and spark_app on real Spark (filesystem and S3 backends)"
 	@# Two workers: much of a driver test is JVM start-up and waiting (925 s against 1,220 s serial).
-	$(TEST_JVM) $(PYTEST) tests/integration/state tests/integration/spark_app -q -n 2 --durations=5 $(PYTEST_ARGS)
+	$(TEST_JVM) $(PYTEST) tests/integration/state tests/integration/spark_app tests/integration/test_kafka_broker.py \
+	  -q -n 2 --durations=5 $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
 	@# Two workers on one cluster (a namespace and an operator per test): most of a test is
 	@# waiting for a driver's JVM, a batch or a backoff. The cluster is brought up first and
