@@ -241,6 +241,7 @@ def start_broker(folder: Path, jars: Path = DEFAULT_JARS, sasl_users: Mapping[st
     answers a metadata request, or raises BrokerDidNotStart with its log's tail. With
     `sasl_users` (name -> password) it also listens for SASL_PLAINTEXT clients (PLAIN), and
     with `tls` for SASL_SSL ones too, with a certificate of a CA made for it (`ca_file`)."""
+    folder.mkdir(parents=True, exist_ok=True)  # a test's tmp_path exists; the benchmark's subfolder not yet
     port, controller_port, sasl_port, sasl_ssl_port = free_ports(4)
     node = NodeSettings(log_dir=str(folder / "data"), port=port, controller_port=controller_port)
     env = {key: os.environ[key] for key in ("PATH", "JAVA_HOME", "LANG") if key in os.environ}
