@@ -367,11 +367,21 @@ class Driver:
 
     def _renew_lease_forever(self) -> None:
         assert self._session is not None
+        warned = False
         while not self._stop.wait(self._options.lease_renew_s):
             try:
-                status = self._status()
-                self._session.renew_lease(status=json.loads(status.to_json()))
-                self.report(status)
+                status: contract.DriverReport | None = self._status()
+            except Exception as error:  # noqa: BLE001 - a report must never stop the renewal
+                # Without this the thread ended, the live driver's lease lapsed, and the next
+                # driver took over (seen in make demo: a Kafka lag read failed).
+                if not warned:
+                    log.warning("could not build the driver's report; renewing the lease without it: %s", error)
+                    warned = True
+                status = None
+            try:
+                self._session.renew_lease(status=json.loads(status.to_json()) if status else None)
+                if status is not None:
+                    self.report(status)
             except Fenced as error:
                 self._fatal = error
                 return
