@@ -39,9 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, SPARK_CONF, progress, spark_app, write_results  # noqa: E402
-from spark_app.runtime.jvm import class_archive  # noqa: E402
-from spark_app.runtime.jvm.jars import jars_dir  # noqa: E402
+from bench.common import REPO, SPARK_CONF, progress, spark_app, start_up_conf, write_results  # noqa: E402
 from tests.support.kafka import KafkaBroker, start_broker, stop_broker  # noqa: E402
 
 RUNNERS = ("spark_app", "structured_streaming")
@@ -132,13 +130,8 @@ def start_runner(name: str, broker: KafkaBroker, topic: str, folder: Path, max_o
                 broker.bootstrap_servers, "--topic", topic, "--output", str(output),
                 "--checkpoint", str(folder / "checkpoint"), "--trigger-interval-ms", "100",
                 "--max-offsets-per-trigger", str(max_offsets)]
-    conf = dict(SPARK_CONF)
-    if name != "spark_app":
-        # The baseline gets what spark_app's session adds for itself: the jars folder (the
-        # Kafka connector is there) on the class path, and the recorded class archive.
-        jars = jars_dir()
-        conf |= {"spark.driver.extraClassPath": os.path.join(jars, "*"),
-                 "spark.driver.defaultJavaOptions": class_archive.java_options(jars)}
+    # The baseline gets what spark_app's session adds for itself (the Kafka connector's jar).
+    conf = SPARK_CONF if name == "spark_app" else {**SPARK_CONF, **start_up_conf()}
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SPARK_APP_SPARK_CONF": json.dumps(conf),
            "SPARK_APP_TERMINATION_LOG": str(folder / "driver.log.end")}
     with open(folder / "driver.log", "wb") as log:
