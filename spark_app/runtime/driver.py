@@ -400,7 +400,7 @@ class Driver:
             progress: dict[str, Any]
             try:
                 status = query.status if query else {}
-                progress = (query.lastProgress if query else None) or {}
+                progress = last_progress(query) if query else {}
             except Exception:  # noqa: BLE001 - the query may be restarting
                 status, progress = {}, {}
             head = self._session.heads.get(name) if self._session else None
@@ -566,6 +566,16 @@ def query_lag(query: str, sources: tuple[str, ...], kafka: set[str], progress: M
     latest = offsets_by_source(query, sources, lines)
     return {pid: kafka_lag(parse_offsets(offset), parse_offsets(committed.get(pid, {})))
             for pid, offset in latest.items() if pid in kafka}
+
+
+def last_progress(query: Any) -> dict[str, Any]:
+    """A query's last progress report as Spark wrote it (JSON), or {} before its first.
+    Not pyspark's StreamingQueryProgress as such: that keeps each source's offsets as str()
+    of the parsed JSON, Python's repr, which no offset reader can parse."""
+    progress = query.lastProgress
+    if not progress:
+        return {}
+    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
 
 
 def _offset_line(offset: Any) -> str:

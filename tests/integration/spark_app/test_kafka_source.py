@@ -189,6 +189,23 @@ def both_at(driver: Driver, topic: str, offsets: dict[str, int]) -> None:
         driver.wait_for_log(rf"query {query}: committed batch \d+ \(words: {logged}\)", timeout=120, pattern=True)
 
 
+def reported_lag(workspace: Workspace, driver: Driver, topic: str) -> dict[str, int]:
+    """The counts query's lag of ``topic`` in the driver's report (kept in its lease), once
+    the report has one for each partition."""
+    lease = workspace.root / "state" / "lease.json"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            status = json.loads(lease.read_text()).get("status") or {}
+            lag = status["queries"]["counts_jsonlines"]["lag"]["words"][topic]
+            if len(lag) == 2:
+                return lag  # type: ignore[no-any-return]
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet, being replaced, or no lag reported yet
+        assert time.monotonic() < deadline, f"no lag reported: {lease.read_text()[:2000]}\n{driver.output()[-3000:]}"
+        time.sleep(0.5)
+
+
 def test_offsets_removed_by_retention_stop_the_driver_or_are_skipped_and_counted(
         kafka_broker: KafkaBroker, fs_workspace: Workspace) -> None:
     workspace = fs_workspace
@@ -238,6 +255,10 @@ def test_the_first_start_reads_from_latest_and_a_restart_resumes_from_the_commit
     produce_files(kafka_broker, topic, range(2, 4), 2)
     ends = kafka_broker.end_offsets(topic)
     first.wait_for_log(json.dumps({topic: {str(p): o for p, o in sorted(ends.items())}}, separators=(",", ":")))
+    # Caught up, the driver reports each partition's lag (the operator's LAG column and
+    # metric read this report): 0 behind the end offsets it has seen.
+    assert reported_lag(workspace, first, topic) == {"0": 0, "1": 0}
+    assert "could not build the driver's report" not in first.output()
     first.kill()
 
     produce_files(kafka_broker, topic, range(4, 6), 2)  # while it is down

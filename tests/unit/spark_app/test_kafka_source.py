@@ -12,7 +12,7 @@ import pytest
 
 from spark_app.contract import KafkaConnection
 from spark_app.persistence import Backend
-from spark_app.runtime.driver import query_lag
+from spark_app.runtime.driver import last_progress, query_lag
 from spark_app.runtime.kafka_clients import (
     TopicPartition,
     client_config,
@@ -206,7 +206,7 @@ def test_the_tracker_is_caught_up_when_every_partition_s_records_are_committed(t
 
 def test_lag_names_each_kafka_source_of_a_query_by_its_place_in_spark_s_progress() -> None:
     # A file source and two topics, as Spark's progress lists them: latest offsets (JSON
-    # objects, as lastProgress gives them), the file source's naming itself.
+    # objects, as Spark's progress JSON has them), the file source's naming itself.
     progress = {"sources": [{"latestOffset": {"clicks": {"0": 40, "1": 7}}},
                             {"latestOffset": {"source": "words", "files": 3}},
                             {"latestOffset": {"views": {"0": 5}}}]}
@@ -215,3 +215,26 @@ def test_lag_names_each_kafka_source_of_a_query_by_its_place_in_spark_s_progress
                         committed)
     assert lagging == {"clicks_topic": {"clicks": {"0": 2, "1": 0}}, "views_topic": {"views": {"0": 5}}}
     assert query_lag("q", ("words",), set(), progress, committed) == {}
+
+
+def test_lag_reads_the_progress_pyspark_gives_a_running_query() -> None:
+    """pyspark's lastProgress turns each source's offsets into str() of the parsed JSON
+    (Python's repr, single quotes), which is no offset line; make demo's Kafka pipeline
+    failed every report on it. The lag reads Spark's own JSON instead."""
+    from types import SimpleNamespace
+
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    spark_json = {"id": "7f4f3a4e-0000-4000-8000-000000000001", "runId": "7f4f3a4e-0000-4000-8000-000000000002",
+                  "name": "q", "timestamp": "2026-11-24T15:31:44.553Z", "batchId": 0, "batchDuration": 8413,
+                  "numInputRows": 50000, "inputRowsPerSecond": 0.0, "processedRowsPerSecond": 5943.2,
+                  "stateOperators": [], "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
+                  "sources": [{"description": "KafkaV2[Subscribe[clicks]]", "startOffset": None,
+                               "endOffset": {"clicks": {"0": 38}}, "latestOffset": {"clicks": {"0": 40}},
+                               "numInputRows": 38, "inputRowsPerSecond": 0.0, "processedRowsPerSecond": 4.5}]}
+    query = SimpleNamespace(lastProgress=StreamingQueryProgress.fromJson(spark_json))
+    progress = last_progress(query)
+    assert query_lag("q", ("clicks_topic",), {"clicks_topic"}, progress,
+                     {"clicks_topic": {"clicks": {"0": 38}}}) == {"clicks_topic": {"clicks": {"0": 2}}}
+    assert progress["inputRowsPerSecond"] == 0.0
+    assert last_progress(SimpleNamespace(lastProgress=None)) == {}
