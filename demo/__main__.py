@@ -115,6 +115,9 @@ class Demo:
         self.wait_for_outputs()
 
         self.step("check the outputs and summarise")
+        story.wait_for("kafkacount's consumer lag in its status (its driver reports it with each lease renewal)",
+                       lambda: story.checkpoint_of(self.ns.status("kafkacount")).get("lag"), WAIT,
+                       progress=self.progress)
         self.summary()
 
     def install(self) -> None:
@@ -270,6 +273,11 @@ class Demo:
               f"`kubectl get ppl -n {NAMESPACE}` (KUBECONFIG={self.target.kubeconfig}). make demo-clean removes it all.")
         if not all(exact.values()):
             raise SystemExit("the outputs differ from a recomputation over the input")
+        # One kill, one relaunch: any other restart is a failure the story did not cause.
+        extra = {name: self.ns.status(name)["restarts"]["total"] for name, _ in PIPELINES}
+        if any(n != 1 for n in extra.values()):
+            raise SystemExit(f"each driver was killed once, but the restarts are {extra}: see the pipelines' "
+                             "Events and lastFailure")
 
 
 def remove_demo(target: LocalTarget) -> None:
