@@ -84,7 +84,9 @@ class Demo:
                   "count over a Kafka topic of the broker of demo/kafka.yaml")
         self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "pipelines.yaml")))
         self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "kafka.yaml")))
-        self.target.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "pod/kafka-0", "--timeout=180s")
+        # Not `kubectl wait pod/kafka-0`: right after the apply the pod may not exist yet
+        # (the StatefulSet controller creates it), and wait fails at once on NotFound.
+        self.target.kubectl("rollout", "status", "-n", NAMESPACE, "statefulset/kafka", "--timeout=180s")
         self.say("the Kafka broker kafka-0 is ready (Service kafka:9092)")
         # The pipeline's driver stops at start if its topic does not exist (exit code 2).
         self.run_producer("create-topic", [])
