@@ -12,10 +12,14 @@ Each run gets a topic of its own (2 partitions, messages keyed by word) and a fr
    output first shows that word's count at k or more; its latency is the moment the output
    file showed it (polled every 10 ms) less its stamp. p50 and p99 over all messages.
 
-Both runs read with read_committed, at most --max-offsets-per-trigger records a batch, a
+All runs read with read_committed, at most --max-offsets-per-trigger records a batch, a
 trigger every 100 ms, and check that their final counts equal what was produced. Ratios are
 spark_app over Structured Streaming (time, latency) and Structured Streaming over spark_app
 (throughput): above 1, spark_app is slower. Goal: at most 1.10.
+
+A third runner, the baseline with its JSON parse in a Python stage (as spark_app's source
+parses, to set each malformed message aside with its error), tells what that stage costs
+from what the rest of spark_app (its commit protocol, its changelog output) costs.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import REPO, SPARK_CONF, progress, spark_app, start_up_conf, write_results  # noqa: E402
+from spark_app.runtime.jvm.worker_python import worker_python  # noqa: E402
 from tests.support.kafka import KafkaBroker, start_broker, stop_broker  # noqa: E402
 
-RUNNERS = ("spark_app", "structured_streaming")
+RUNNERS = ("spark_app", "structured_streaming", "structured_streaming_python_parse")
 VOCABULARY = [f"w{i}" for i in range(1000)]
 WEIGHTS = [1 / (i + 1) for i in range(len(VOCABULARY))]  # Zipf-like, as words in text are
 POLL_S = 0.01
@@ -129,10 +134,14 @@ def start_runner(name: str, broker: KafkaBroker, topic: str, folder: Path, max_o
         args = [sys.executable, str(REPO / "bench/kafka/baseline_wordcount.py"), "--bootstrap-servers",
                 broker.bootstrap_servers, "--topic", topic, "--output", str(output),
                 "--checkpoint", str(folder / "checkpoint"), "--trigger-interval-ms", "100",
-                "--max-offsets-per-trigger", str(max_offsets)]
+                "--max-offsets-per-trigger", str(max_offsets),
+                "--parse", "python" if name.endswith("python_parse") else "jvm"]
     # The baseline gets what spark_app's session adds for itself (the Kafka connector's jar).
     conf = SPARK_CONF if name == "spark_app" else {**SPARK_CONF, **start_up_conf()}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SPARK_APP_SPARK_CONF": json.dumps(conf),
+    # The baselines' Python workers start as spark_app's do (its launcher, importing the
+    # installed pyspark rather than the zipped copy): the same start-up aids for both.
+    python = {} if name == "spark_app" else {"PYSPARK_PYTHON": worker_python()}
+    env = {**os.environ, **python, "PYTHONUNBUFFERED": "1", "SPARK_APP_SPARK_CONF": json.dumps(conf),
            "SPARK_APP_TERMINATION_LOG": str(folder / "driver.log.end")}
     with open(folder / "driver.log", "wb") as log:
         return subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -214,6 +223,15 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "latency p99 (spark_app / Structured Streaming)": [spark[r]["latency_p99_s"] / plain[r]["latency_p99_s"]
                                                            for r in rounds],
     }
+    # What the Python parsing stage alone costs a plain query (spark_app's source has one).
+    python = runs.get("structured_streaming_python_parse")
+    if python:
+        ratios["throughput (Structured Streaming / the same with a Python parse)"] = [
+            plain[r]["throughput_msgs_per_s"] / python[r]["throughput_msgs_per_s"] for r in rounds]
+        ratios["latency p50 (the same with a Python parse / Structured Streaming)"] = [
+            python[r]["latency_p50_s"] / plain[r]["latency_p50_s"] for r in rounds]
+        ratios["latency p50 (spark_app / Structured Streaming with a Python parse)"] = [
+            spark[r]["latency_p50_s"] / python[r]["latency_p50_s"] for r in rounds]
     summary = {name: {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
                       "max": round(max(values), 3)} for name, values in ratios.items()}
     for name, numbers in summary.items():
