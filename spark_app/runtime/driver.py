@@ -573,9 +573,7 @@ def last_progress(query: Any) -> dict[str, Any]:
     Not pyspark's StreamingQueryProgress as such: that keeps each source's offsets as str()
     of the parsed JSON, Python's repr, which no offset reader can parse."""
     progress = query.lastProgress
-    if not progress:
-        return {}
-    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+    return json.loads(progress.json) if progress else {}
 
 
 def _offset_line(offset: Any) -> str:
