@@ -16,7 +16,6 @@ delete-records, as a Kafka client in production has them.
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import socket
@@ -34,7 +33,7 @@ import pytest
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from localcluster.kafka import DEFAULT_JARS, NodeSettings
+from localcluster.kafka import DEFAULT_JARS, NodeSettings, new_cluster_id
 
 START_SECONDS = 90.0
 STOP_SECONDS = 20.0
@@ -254,7 +253,7 @@ def start_broker(folder: Path, jars: Path = DEFAULT_JARS, sasl_users: Mapping[st
             env |= _sasl_listener_env(env, "SASL_SSL", sasl_ssl_port, sasl_users)
             env |= {"KAFKA_SSL_KEYSTORE_TYPE": "PEM", "KAFKA_SSL_KEYSTORE_LOCATION": str(keystore)}
     env |= {
-        "CLUSTER_ID": _cluster_id(),
+        "CLUSTER_ID": new_cluster_id(),
         # Small: a test broker holds little, and it shares the machine with Spark drivers.
         "KAFKA_HEAP_OPTS": "-Xmx512M -Xms128M",
     }
@@ -310,11 +309,6 @@ def _certificates(folder: Path) -> tuple[Path, Path]:
     keystore = folder / "broker.pem"
     keystore.write_text("".join((folder / name).read_text() for name in ("broker.key", "broker.crt", "ca.crt")))
     return folder / "ca.crt", keystore
-
-
-def _cluster_id() -> str:
-    """A fresh cluster id in Kafka's form: a UUID's 16 bytes, URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def _wait_until_ready(process: subprocess.Popen[bytes], broker: KafkaBroker) -> None:
