@@ -42,7 +42,6 @@ from spark_app.runtime.sources.delta_table import (
     Planner,
     PlanStore,
 )
-from spark_app.runtime.sources.files import SourceOrderChanged
 from spark_app.runtime.sources.kafka import (
     DEAD_LETTER_PROPERTY,
     KafkaDataLost,
@@ -51,6 +50,7 @@ from spark_app.runtime.sources.kafka import (
     data_lost_in_spark,
 )
 from spark_app.runtime.sources.kafka import lag as kafka_lag
+from spark_app.runtime.sources.reader import SourceOrderChanged
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted

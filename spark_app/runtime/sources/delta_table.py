@@ -25,6 +25,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -48,7 +49,7 @@ from spark_app.runtime.sources.backfill import (
     progress,
 )
 from spark_app.runtime.sources.base import Offset
-from spark_app.runtime.sources.files import SourceOrderChanged, read_context, retry_policy
+from spark_app.runtime.sources.reader import CountingReader
 from spark_app.storage import NotFound, RetryPolicy, Storage, join
 
 log = logging.getLogger("spark_app")
@@ -416,46 +417,28 @@ class PlanSource(DataSource):
         return PlanStreamReader(self.options, schema)
 
 
-class PlanStreamReader(DataSourceStreamReader):
+class PlanStreamReader(CountingReader):
     """The plans of one source, in order; the offset is how many have been read."""
 
+    unit = "plans"
+    driver_only = ("_store",)
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        context = read_context(options["context"])
-        self._pid = options["persistent_id"]
-        self._state = Backend.from_json(context["snapshot"])
-        self._retry = retry_policy(context)
+        super().__init__(options)
         self._per_trigger = max(1, int(options.get("max_plans_per_trigger", "1")))
         self._arrow_schema = to_arrow_schema(schema)
-        self._position: int | None = None
-        self._store_cache: PlanStore | None = None
 
-    @property
+    @cached_property
     def _store(self) -> PlanStore:
-        if self._store_cache is None:
-            self._store_cache = PlanStore(self._state.storage(self._retry), self._pid)
-        return self._store_cache
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store_cache": None}
-
-    def initialOffset(self) -> dict[str, Any]:
-        self._position = 0
-        return {"source": self._pid, "plans": 0}
+        return PlanStore(self._snapshot.storage(self._retry), self._pid)
 
     def latestOffset(self) -> dict[str, Any]:
-        start = self._position or 0
-        return {"source": self._pid, "plans": min(self._store.newest(), start + self._per_trigger)}
+        return self.offset(min(self._store.newest(), self.planned + self._per_trigger))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        for offset in (start, end):
-            if offset.get("source") != self._pid:
-                raise SourceOrderChanged(
-                    f"source {self._pid!r} was given the offset of source {offset.get('source')!r}: the "
-                    "query's sources were reordered or replaced since its state was written"
-                )
-        self._position = int(end["plans"])
-        return [PlanPartition(self._state, self._pid, n, self._arrow_schema, self._retry)
-                for n in range(int(start["plans"]) + 1, int(end["plans"]) + 1)]
+        first, last = self.plan_range(start, end)
+        return [PlanPartition(self._snapshot, self._pid, n, self._arrow_schema, self._retry)
+                for n in range(first + 1, last + 1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlanPartition)
@@ -465,9 +448,6 @@ class PlanStreamReader(DataSourceStreamReader):
             raise BackfillError(f"plan {partition.number} of source {partition.persistent_id} is gone from the "
                                 "state; it is removed only once committed, so the state was changed by hand") from None
         yield from table.select(partition.arrow_schema.names).cast(partition.arrow_schema).to_batches()
-
-    def commit(self, end: dict[str, Any]) -> None:
-        pass
 
 
 class PlanTracker:

@@ -24,6 +24,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ from spark_app.runtime.sources.base import Offset
 from spark_app.runtime.sources.dead_letters import count_dead_letters, write_dead_letters
 from spark_app.runtime.sources.inputs import InputLocation
 from spark_app.runtime.sources.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
+from spark_app.runtime.sources.reader import CountingReader
 from spark_app.state.file_index import FileIndex
 from spark_app.storage import FileEntry, NotFound, RetryPolicy, Storage
 
@@ -64,10 +66,6 @@ class Limits:
         return cls(pick("max_files_per_trigger"), pick("max_bytes_per_trigger"))
 
 
-class SourceOrderChanged(Exception):
-    """Spark handed this source another source's offset: the query's sources were reordered."""
-
-
 @dataclass(frozen=True)
 class ReadPlan:
     """What a task needs to read its files; pickled into each partition."""
@@ -88,27 +86,6 @@ class FilesPartition(InputPartition):
     files: tuple[FileEntry, ...]
 
 
-def read_context(path: str) -> dict[str, Any]:
-    """The settings ``spark_app.run`` writes before it starts a query."""
-    try:
-        with open(path) as handle:
-            context: dict[str, Any] = json.load(handle)
-            return context
-    except FileNotFoundError:
-        raise RuntimeError(
-            "spark_app sources only run under spark_app.run(): start the pipeline with sa.run(...) "
-            "rather than starting Spark streaming queries by hand"
-        ) from None
-
-
-def retry_policy(context: Mapping[str, Any]) -> RetryPolicy:
-    """The driver's outage budget, for a source's own storage calls: past it, the batch fails,
-    the driver exits with EXIT_STORAGE_UNAVAILABLE and is relaunched once storage is back,
-    rather than looking healthy while it retries for the default 15 minutes."""
-    budget = context.get("outage_budget_s")
-    return RetryPolicy() if budget is None else RetryPolicy(deadline_s=float(budget))
-
-
 class FileSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -118,27 +95,24 @@ class FileSource(DataSource):
         return FileStreamReader(self.options, schema)
 
 
-class FileStreamReader(DataSourceStreamReader):
+class FileStreamReader(CountingReader):
+    unit = "files"
+    driver_only = ("_index",)
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         # Runs in a Python process of Spark's: its storage retries should be logged like the driver's.
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        context = read_context(options["context"])
-        self._pid = options["persistent_id"]
+        super().__init__(options)
         self._parallelism = max(1, int(options.get("parallelism", "2")))
-        self._snapshot = Backend.from_json(context["snapshot"])
-        self._retry = retry_policy(context)
-        self._index_cache: FileIndex | None = None
-        self._limits = Limits.from_options(options, context.get("limits", {}))
-        self._compact_after = int(context.get("limits", {}).get("index_compact_after") or 0)
-        self._position: int | None = None
-        """Where this query's next batch starts: the end of the last batch Spark planned."""
+        self._limits = Limits.from_options(options, self._context.get("limits", {}))
+        self._compact_after = int(self._context.get("limits", {}).get("index_compact_after") or 0)
         self._plan = ReadPlan(
             persistent_id=self._pid,
             format=options["format"],
             input=InputLocation(Backend.from_json(json.loads(options["input"])), options.get("pattern", "*"),
                                 self._retry),
-            dead_letter=Backend.from_json(context["dead_letter"]),
+            dead_letter=Backend.from_json(self._context["dead_letter"]),
             csv=CsvFormat(
                 header=options.get("header", "true") == "true",
                 delimiter=options.get("delimiter", ","),
@@ -148,45 +122,23 @@ class FileStreamReader(DataSourceStreamReader):
             retry=self._retry,
         )
 
-    @property
+    @cached_property
     def _index(self) -> FileIndex:
-        if self._index_cache is None:
-            self._index_cache = FileIndex(self._snapshot.storage(self._retry), self._pid, self._compact_after)
-        return self._index_cache
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark pickles the reader to ship ``read`` to tasks, which need only the partition:
-        # the index (and its storage client) stays on the driver.
-        return {**self.__dict__, "_index_cache": None}
-
-    def initialOffset(self) -> dict[str, Any]:
-        self._position = 0
-        return {"source": self._pid, "files": 0}
+        return FileIndex(self._snapshot.storage(self._retry), self._pid, self._compact_after)
 
     def latestOffset(self) -> dict[str, Any]:
         admitted = self._index.admit(self._plan.input.list())
-        start = 0 if self._position is None else self._position
-        end = self._index.bounded_end(start, admitted, self._limits.max_files_per_trigger,
+        end = self._index.bounded_end(self.planned, admitted, self._limits.max_files_per_trigger,
                                       self._limits.max_bytes_per_trigger)
-        return {"source": self._pid, "files": end}
+        return self.offset(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        for offset in (start, end):
-            if offset.get("source") != self._pid:
-                raise SourceOrderChanged(
-                    f"source {self._pid!r} was given the offset of source {offset.get('source')!r}: the "
-                    "query's sources were reordered or replaced since its state was written"
-                )
-        self._position = int(end["files"])
-        files = self._index.files(int(start["files"]), int(end["files"]))
+        files = self._index.files(*self.plan_range(start, end))
         return [FilesPartition(self._plan, group) for group in _balance(files, self._parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilesPartition)
         return read_files(partition.plan, partition.files)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        pass
 
 
 def read_files(plan: ReadPlan, files: Sequence[FileEntry]) -> Iterator[pa.RecordBatch]:

@@ -131,3 +131,31 @@ def test_planning_a_batch_gives_up_on_unreachable_state_storage_within_the_outag
     planning.join(timeout=60)
     assert not planning.is_alive(), "the source kept retrying past the outage budget"
     assert raised and isinstance(raised[0], StorageUnavailable), raised
+
+
+def test_the_reader_plans_on_the_driver_and_ships_to_tasks_without_its_index(tmp_path: Path) -> None:
+    """Spark pickles the reader into each task; the index (its lock and storage client) stays behind."""
+    import pickle
+
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from spark_app.runtime.sources.files import FileStreamReader
+    from spark_app.runtime.sources.reader import SourceOrderChanged
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_bytes(b"word,n\nx,1\n")
+    context = tmp_path / "context.json"
+    context.write_text(json.dumps({"snapshot": Backend.filesystem(tmp_path / "state").to_json(),
+                                   "dead_letter": Backend.filesystem(tmp_path / "dead").to_json(), "limits": {}}))
+    reader = FileStreamReader({"context": str(context), "persistent_id": "words", "format": "csv",
+                               "input": json.dumps(Backend.filesystem(tmp_path / "in").to_json())},
+                              StructType([StructField("word", StringType()), StructField("n", IntegerType())]))
+    assert reader.initialOffset() == {"source": "words", "files": 0}
+    end = reader.latestOffset()
+    assert end == {"source": "words", "files": 1}
+    [partition] = reader.partitions(reader.initialOffset(), end)
+    shipped = pickle.loads(pickle.dumps(reader))
+    assert "_index" not in shipped.__dict__
+    assert [batch.num_rows for batch in shipped.read(partition)] == [1]
+    with pytest.raises(SourceOrderChanged):
+        reader.partitions({"source": "other", "files": 0}, end)
