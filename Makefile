@@ -154,7 +154,7 @@ deploy-manifest: bins ## Render deploy/persistent-pipelines.yaml from the chart 
 	deploy/render.sh $(HELM) > deploy/persistent-pipelines.yaml
 
 .PHONY: demo
-demo: setup ## The whole story on the local cluster: helm install, two pipelines, kill -9 the drivers, resume, summary.
+demo: setup ## The whole story on the local cluster: helm install, three pipelines (one reads a Kafka topic), kill -9 the drivers, resume, summary.
 	$(PY) -m demo run
 
 .PHONY: demo-clean
@@ -179,20 +179,35 @@ e2e-kind: ## The same e2e tests on a kind cluster with the images built and load
 PYTEST_ARGS ?=
 
 .PHONY: test
-test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real Spark, filesystem and S3), operator, end to end.
+test: venv jars kafka class-archive ## Run every test suite: lint, unit, spark_app (real Spark, filesystem and S3), chart and local cluster, operator, end to end.
+	@# The control plane's binaries build while the stages that do not need them run (see
+	@# tools/in-background.sh); from a warm cache this is a no-op.
+	@tools/in-background.sh start bins tools/build-go-tools.sh
 	@echo ">>> lint"
 	@$(MAKE) lint
 	@echo ">>> unit tests"
-	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
-	@echo ">>> local control plane"
-	$(PYTEST) tests/integration/localcluster -q --durations=5 $(PYTEST_ARGS)
+	$(PYTEST) tests/unit -q --durations=5 --ignore=tests/unit/charts $(PYTEST_ARGS)
 	@echo ">>> the state layer and spark_app on real Spark (filesystem and S3 backends)"
 	@# Two workers: much of a driver test is JVM start-up and waiting (925 s against 1,220 s serial).
-	$(PYTEST) tests/integration/state tests/integration/spark_app -q -n 2 --durations=5 $(PYTEST_ARGS)
+	$(TEST_JVM) $(PYTEST) tests/integration/state tests/integration/spark_app tests/integration/test_kafka_broker.py \
+	  -q -n 2 --durations=5 $(PYTEST_ARGS)
+	@tools/in-background.sh wait bins
+	@echo ">>> the chart (helm template) and the local control plane"
+	$(PYTEST) tests/unit/charts tests/integration/localcluster -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
-	$(PYTEST) tests/integration/operator -q --durations=5 $(PYTEST_ARGS)
+	@# Two workers on one cluster (a namespace and an operator per test): most of a test is
+	@# waiting for a driver's JVM, a batch or a backoff. The cluster is brought up first and
+	@# down after, so that neither worker stops it under the other.
+	$(PY) -m localcluster up
+	$(PYTEST) tests/integration/operator -q -n 2 --durations=5 $(PYTEST_ARGS); \
+	  status=$$?; $(PY) -m localcluster down; exit $$status
 	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
 	$(PYTEST) tests/e2e -q --durations=5 $(PYTEST_ARGS)
+
+# The drivers the Spark suites start compile with C1 only: each lives seconds to minutes, and
+# on 2 cores C2's compiling is CPU the tests wait for (test_resume.py: 101 s against 92 s).
+# Pipelines the operator runs keep the JVM's defaults.
+TEST_JVM := JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1"
 
 .PHONY: test-unit
 test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
@@ -204,9 +219,13 @@ test-shared-storage: setup ## A shared table's storage over 500 batches with its
 	  -k storage_of_a_table_stays_bounded $(PYTEST_ARGS)
 
 .PHONY: test-chaos
-test-chaos: setup ## Every chaos family on both backends, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a shared table's publisher and readers killed at random, a frozen stale driver, storage outages; outputs exact.
-	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(PYTEST) tests/integration/spark_app/test_crash.py \
-	  tests/integration/spark_app/test_chaos.py tests/integration/spark_app/test_shared_chaos.py -q -n 2 --durations=10 $(PYTEST_ARGS)
+test-chaos: setup ## Every chaos family on both backends and on Kafka, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a shared table's publisher and readers killed at random, a frozen stale driver, storage outages; outputs exact.
+	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(TEST_JVM) $(PYTEST) tests/integration/spark_app/test_crash.py \
+	  tests/integration/spark_app/test_chaos.py tests/integration/spark_app/test_table_backfill.py \
+	  tests/integration/spark_app/test_shared_chaos.py \
+	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_while_messages_arrive_loses_and_repeats_nothing \
+	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_at_each_fault_point_in_turn_loses_and_repeats_nothing \
+	  -q -n 2 --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv ## ruff, the import-layering contracts and mypy (strict for the operator, contract, state, storage) of pyproject.toml.
@@ -224,6 +243,10 @@ bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, 
 .PHONY: bench-iterate
 bench-iterate: setup ## Connected components on 1M edges: cold vs restart, 0.1% inserts, 0.1% deletes.
 	$(PY) bench/iterate/run.py $(BENCH_ARGS)
+
+.PHONY: bench-kafka
+bench-kafka: setup ## A word count reading a Kafka topic: spark_app vs Structured Streaming, throughput and latency p50/p99.
+	$(PY) bench/kafka/run.py $(BENCH_ARGS)
 
 .PHONY: bench-backfill
 bench-backfill: setup ## A reader backfilling a 10M-row Delta table that keeps changing: rows/s, rate limits, live-change latency vs Delta's own stream, a kill half way.

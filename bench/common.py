@@ -19,6 +19,18 @@ RESULTS = REPO / "bench" / "results"
 SPARK_CONF = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.driver.memory": "4g"}
 
 
+def start_up_conf() -> dict[str, str]:
+    """What spark_app's session adds for itself, for a baseline driver to get the same: the
+    jars folder (Delta, hadoop-aws, the Kafka connector) on the class path, and the JVM's
+    recorded class archive (empty when none is recorded)."""
+    from spark_app.runtime.jvm import class_archive
+    from spark_app.runtime.jvm.jars import jars_dir
+
+    jars = jars_dir()
+    return {"spark.driver.extraClassPath": os.path.join(jars, "*"),
+            "spark.driver.defaultJavaOptions": class_archive.java_options(jars)}
+
+
 def progress(message: str) -> None:
     print(f">>> [{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

@@ -1,10 +1,11 @@
 """`python -m demo run|clean` (make demo, make demo-clean): the whole story on the local cluster.
 
 run:   start the local control plane; helm install the chart (the operator then runs as a
-       pod, with its ServiceAccount token and the chart's RBAC); apply a word count and a
-       connected-components iterate; feed input files; kill -9 both drivers and feed more
-       while they are down; watch the operator relaunch them and the drivers resume from
-       their checkpoints; check the outputs by folding their changelogs; print a summary.
+       pod, with its ServiceAccount token and the chart's RBAC); apply a word count, a
+       connected-components iterate, a Kafka broker and a word count over one of its topics;
+       feed input files and messages; kill -9 the drivers and feed more while they are down;
+       watch the operator relaunch them and the drivers resume from their checkpoints; check
+       the outputs by folding their changelogs; print a summary.
 clean: remove everything run created, and stop the cluster if run started it.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 
 from demo import story
-from demo.story import COMPONENTS_OUTPUT, EDGE_FILES, WORDCOUNT_OUTPUT, Namespace
+from demo.story import COMPONENTS_OUTPUT, EDGE_FILES, KAFKACOUNT_OUTPUT, WORDCOUNT_OUTPUT, Namespace
 from demo.targets import LOCAL_VALUES, ROOT, LocalTarget
 
 RELEASE, SYSTEM, NAMESPACE = "persistent-pipelines", "pp-system", "pp-demo"
@@ -31,6 +32,8 @@ OPERATOR_ACCOUNT = f"system:serviceaccount:{SYSTEM}:{RELEASE}-operator"
 DRIVER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:spark-app-driver"
 WAIT = 420.0  # per step; a driver's JVM starts in 15 to 30 s on two cores, an iterate batch takes ~30 s
 WORD_FILES = {name: story.word_file(seed, 40) for seed, name in enumerate(("a.csv", "b.csv", "c.csv", "d.csv"))}
+SPARK_APP_IMAGE = "ghcr.io/persistent-pipelines/spark-app:0.1.0"
+PIPELINES = (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT), ("kafkacount", KAFKACOUNT_OUTPUT))
 
 
 class Demo:
@@ -77,11 +80,21 @@ class Demo:
         self.step("helm install the chart: the operator runs as a pod under its own ServiceAccount and RBAC")
         self.install()
 
-        self.step("apply two PersistentPipelines: a word count, and connected components (iterate)")
+        self.step("apply three PersistentPipelines: a word count, connected components (iterate), and a word "
+                  "count over a Kafka topic of the broker of demo/kafka.yaml")
         self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "pipelines.yaml")))
+        self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "kafka.yaml")))
+        # Not `kubectl wait pod/kafka-0`: right after the apply the pod may not exist yet
+        # (the StatefulSet controller creates it), and wait fails at once on NotFound.
+        self.target.kubectl("rollout", "status", "-n", NAMESPACE, "statefulset/kafka", "--timeout=180s")
+        self.say("the Kafka broker kafka-0 is ready (Service kafka:9092)")
+        # The pipeline's driver stops at start if its topic does not exist (exit code 2).
+        self.run_producer("create-topic", [])
+        self.say(f"a producer pod created the topic {story.KAFKA_TOPIC}")
+        self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "kafka-pipeline.yaml")))
         self.say(f"their files: the claim 'data', on this machine {self.target.claim_folder(NAMESPACE, 'data')}")
 
-        self.step("feed the first input files and watch the drivers start and commit")
+        self.step("feed the first input files and messages, and watch the drivers start and commit")
         self.feed("a.csv", "1.csv")
         self.wait_for_outputs()
         self.show(self.target.kubectl("get", "ppl", "-n", NAMESPACE, "-o", "wide"))
@@ -90,11 +103,12 @@ class Demo:
         self.feed("b.csv", "2.csv")
         self.wait_for_outputs()
 
-        self.step("kill -9 both drivers' processes (a crash: the pods stay), and feed input while they are down")
+        self.step("kill -9 the three drivers' processes (a crash: the pods stay), and feed input while they are down")
         self.crash()
         self.feed("c.csv", "3.csv")
 
-        self.step("the operator relaunches each driver at epoch 2; each resumes from its checkpoint")
+        self.step("the operator relaunches each driver at epoch 2; each resumes from its checkpoint (the Kafka "
+                  "source from the offsets it committed)")
         self.wait_for_relaunch()
         self.wait_for_outputs()
 
@@ -103,6 +117,9 @@ class Demo:
         self.wait_for_outputs()
 
         self.step("check the outputs and summarise")
+        story.wait_for("kafkacount's consumer lag in its status (its driver reports it with each lease renewal)",
+                       lambda: story.checkpoint_of(self.ns.status("kafkacount")).get("lag"), WAIT,
+                       progress=self.progress)
         self.summary()
 
     def install(self) -> None:
@@ -140,35 +157,51 @@ class Demo:
     def feed(self, words: str, edges: str) -> None:
         self.ns.write(f"wordcount/inputs/{words}", story.words_csv(WORD_FILES[words]))
         self.ns.write(f"components/edges/{edges}", story.edges_csv(EDGE_FILES[edges]))
+        self.produce(words)
         self.fed_words.append(words)
         self.fed_edges.append(edges)
         deleted = [f"{u}-{v}" for u, v, d in EDGE_FILES[edges] if d < 0]
         self.say(f"wrote wordcount/inputs/{words} ({len(WORD_FILES[words])} words) and components/edges/{edges} "
-                 f"({len(EDGE_FILES[edges])} edge changes{', deleting ' + ', '.join(deleted) if deleted else ''})")
+                 f"({len(EDGE_FILES[edges])} edge changes{', deleting ' + ', '.join(deleted) if deleted else ''}); "
+                 f"a producer pod wrote the same {len(WORD_FILES[words])} words to the topic {story.KAFKA_TOPIC}")
+
+    def produce(self, words: str) -> None:
+        """The words of one input file as messages, in one transaction."""
+        self.run_producer(f"produce-{words.removesuffix('.csv')}", WORD_FILES[words])
+
+    def run_producer(self, name: str, words: list[str]) -> None:
+        """A pod inside the cluster (the broker is reached by its Service name) that creates
+        the topic if it is missing and writes ``words`` to it; waits for it to succeed."""
+        pod = story.producer_pod(name, SPARK_APP_IMAGE, words)
+        self.target.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(pod))
+        self.target.kubectl("wait", "-n", NAMESPACE, "--for=jsonpath={.status.phase}=Succeeded", f"pod/{name}",
+                            "--timeout=120s")
 
     def expected(self) -> tuple[dict[str, int], dict[int, int]]:
         return (story.expected_counts(WORD_FILES[f] for f in self.fed_words),
                 story.expected_labels(EDGE_FILES[f] for f in self.fed_edges))
 
-    def outputs(self) -> tuple[str | None, str | None]:
-        return self.ns.read(WORDCOUNT_OUTPUT), self.ns.read(COMPONENTS_OUTPUT)
+    def outputs(self) -> tuple[str | None, str | None, str | None]:
+        return self.ns.read(WORDCOUNT_OUTPUT), self.ns.read(COMPONENTS_OUTPUT), self.ns.read(KAFKACOUNT_OUTPUT)
 
     def wait_for_outputs(self) -> None:
         counts, labels = self.expected()
 
         def caught_up() -> bool:
-            words, components = self.outputs()
-            return story.folded_counts(words) == counts and story.folded_labels(components) == labels
+            words, components, kafka_words = self.outputs()
+            return (story.folded_counts(words) == counts and story.folded_labels(components) == labels
+                    and story.folded_counts(kafka_words) == counts)
 
         began = time.monotonic()
-        story.wait_for("both outputs to include every input file", caught_up, WAIT, progress=self.progress)
+        story.wait_for("the three outputs to include every input file and message", caught_up, WAIT,
+                       progress=self.progress)
         self.progress(force=True)
-        self.say(f"both outputs caught up with the input in {time.monotonic() - began:.0f}s")
+        self.say(f"the outputs caught up with the input in {time.monotonic() - began:.0f}s")
 
     def progress(self, force: bool = False) -> None:
         """One line per change of what the pipelines show (or every 20 s while waiting)."""
         parts = []
-        for name, output in (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT)):
+        for name, output in PIPELINES:
             status = self.ns.status(name)
             batch = story.checkpoint_of(status).get("batch")
             parts.append(f"{name}: {status.get('phase', '-')}, epoch {story.epoch_of(status) or '-'}, "
@@ -180,7 +213,7 @@ class Demo:
             self._last_progress, self._last_progress_at = line, now
 
     def crash(self) -> None:
-        for name, output in (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT)):
+        for name, output in PIPELINES:
             status = self.ns.status(name)
             self.facts[name] = {"epoch_before": story.epoch_of(status),
                                 "batch_before": story.checkpoint_of(status).get("batch"),
@@ -188,7 +221,7 @@ class Demo:
             self.say(self.target.kill_container(NAMESPACE, f"{name}-driver", "driver"))
 
     def wait_for_relaunch(self) -> None:
-        for name in ("wordcount", "components"):
+        for name, _ in PIPELINES:
             def relaunched(n: str = name) -> bool:
                 return bool(self.ns.driver(n)) and (self.ns.epoch(n) or 0) >= 2
 
@@ -207,16 +240,19 @@ class Demo:
             self.facts[name]["resumed"] = resumed[-1]
 
     def summary(self) -> None:
-        words, components = self.outputs()
+        words, components, kafka_words = self.outputs()
         counts, labels = self.expected()
-        folded_counts, folded_labels = story.folded_counts(words), story.folded_labels(components)
-        ok = folded_counts == counts and folded_labels == labels
-        metrics = _metric_lines("persistent_pipeline_restarts_total")
+        exact = {"wordcount": story.folded_counts(words) == counts,
+                 "components": story.folded_labels(components) == labels,
+                 "kafkacount": story.folded_counts(kafka_words) == counts}
+        metrics = _metric_lines("persistent_pipeline_restarts_total") + _metric_lines("persistent_pipeline_source_lag")
         total_words = sum(len(WORD_FILES[f]) for f in self.fed_words)
         print(f"\n=== summary: the whole story in {self.elapsed()} ===")
         for name, output, fed, table in (
                 ("wordcount", words, f"{len(self.fed_words)} files, {total_words} words", f"{len(counts)} words counted"),
-                ("components", components, f"{len(self.fed_edges)} edge files", f"{len(labels)} vertices labelled")):
+                ("components", components, f"{len(self.fed_edges)} edge files", f"{len(labels)} vertices labelled"),
+                ("kafkacount", kafka_words, f"{total_words} messages of topic {story.KAFKA_TOPIC}",
+                 f"{len(counts)} words counted")):
             facts, status = self.facts[name], self.ns.status(name)
             print(f"{name}:")
             print(f"  output lines: {facts['lines_before']} before the kill, {story.line_count(output)} now")
@@ -224,16 +260,26 @@ class Demo:
                   f"last batch committed before the kill: {facts['batch_before']}")
             print(f"  Resumed: {facts['resumed']}")
             print(f"  input: {fed}; folding the changelog: {table}, no row duplicated or missing; "
-                  f"equal to a plain recomputation over all input: {'yes' if ok else 'NO'}")
-        print(f"  iterate {story.iterate_summary(self.ns.report('components'))}")
+                  f"equal to a plain recomputation over all input: {'yes' if exact[name] else 'NO'}")
+            if name == "components":
+                print(f"  iterate {story.iterate_summary(self.ns.report('components'))}")
+            if name == "kafkacount":
+                checkpoint = story.checkpoint_of(status)
+                print(f"  committed offsets: {json.dumps(checkpoint.get('offsets', {}), sort_keys=True)}; "
+                      f"lag: {json.dumps(checkpoint.get('lag', {}), sort_keys=True)}")
         if metrics:
             print("operator metrics: " + "; ".join(metrics))
         print(self.target.kubectl("get", "ppl", "-n", NAMESPACE, "-o", "wide").rstrip())
         print(f"\nThe pipelines keep running: add files under {self.target.claim_folder(NAMESPACE, 'data')}, "
               f"kill drivers with `.venv/bin/python -m localcluster kill {NAMESPACE}/wordcount-driver`, "
               f"`kubectl get ppl -n {NAMESPACE}` (KUBECONFIG={self.target.kubeconfig}). make demo-clean removes it all.")
-        if not ok:
+        if not all(exact.values()):
             raise SystemExit("the outputs differ from a recomputation over the input")
+        # One kill, one relaunch: any other restart is a failure the story did not cause.
+        extra = {name: self.ns.status(name)["restarts"]["total"] for name, _ in PIPELINES}
+        if any(n != 1 for n in extra.values()):
+            raise SystemExit(f"each driver was killed once, but the restarts are {extra}: see the pipelines' "
+                             "Events and lastFailure")
 
 
 def remove_demo(target: LocalTarget) -> None:
@@ -244,7 +290,7 @@ def remove_demo(target: LocalTarget) -> None:
         try:
             target.kubectl("delete", "ppl", "--all", "-n", NAMESPACE, "--timeout=120s")
         except RuntimeError:  # no operator left to release the finalizers
-            for name in ("wordcount", "components"):
+            for name, _ in PIPELINES:
                 target.kubectl("patch", "ppl", name, "-n", NAMESPACE, "--type=merge",
                                "-p", '{"metadata":{"finalizers":null}}', check=False)
     if target.helm("list", "-n", SYSTEM, "-q", "--filter", f"^{RELEASE}$").strip():

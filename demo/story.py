@@ -24,6 +24,8 @@ T = TypeVar("T")
 GROUP = "sparkapp.dev"
 WORDCOUNT_OUTPUT = "wordcount/counts.jsonlines"
 COMPONENTS_OUTPUT = "components/labels.jsonlines"
+KAFKACOUNT_OUTPUT = "kafkacount/counts.jsonlines"
+KAFKA_TOPIC = "words"
 VOCABULARY = ("apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel", "kiwi", "lemon", "lime",
               "mango", "nectarine", "olive", "peach", "pear", "plum", "quince", "raspberry", "sloe")
 
@@ -57,6 +59,26 @@ def words_csv(words: Iterable[str]) -> str:
 
 def edges_csv(edges: Iterable[tuple[int, int, int]]) -> str:
     return "u,v,diff\n" + "".join(f"{u},{v},{d}\n" for u, v, d in edges)
+
+
+def producer_pod(name: str, image: str, words: Iterable[str]) -> dict[str, Any]:
+    """A pod that writes ``words`` to the demo's topic in one transaction and exits
+    (examples/produce_words.py in the spark-app image), restricted as the namespace asks."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "produce-words"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "produce", "image": image,
+                "command": ["python", "examples/produce_words.py"],
+                "args": ["--bootstrap-servers", "kafka:9092", "--topic", KAFKA_TOPIC, *words],
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
 
 
 # ---- what the outputs must be ----------------------------------------------------------------

@@ -32,11 +32,13 @@ which transactions work (the tests' broker, tests/support/kafka.py, runs with th
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +47,18 @@ DEFAULT_JARS = REPO / ".cache" / "kafka"
 
 # The image's default cluster id (docker/resources/common-scripts/configureDefaults).
 DEFAULT_CLUSTER_ID = "5L6g3nShT-eMCtK--X86sw"
+
+
+def new_cluster_id(draw: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
+    """A fresh cluster id in Kafka's form: a UUID's 16 bytes, URL-safe base64, unpadded.
+
+    One id in 64 would start with '-', which the storage tool's argument parser reads as an
+    option ("--cluster-id: expected one argument"); Kafka's own Uuid.randomUuid draws again
+    in that case, and so does this.
+    """
+    while (cluster_id := base64.urlsafe_b64encode(draw().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
 
 # The image's server.properties when no KAFKA_ variable is set
 # (docker/resources/common-scripts/server.properties).

@@ -55,6 +55,17 @@ TABLES = "SPARK_APP_TABLES"
 TABLE_CREDENTIALS_PREFIX = "SPARK_APP_TABLE_"
 """A table input with S3 credentials of its own gets them as ``SPARK_APP_TABLE_<n>_AWS_*``
 variables, filled from the reader's own Secret with secretKeyRef."""
+# The Kafka connection of spec.kafka: what sa.io.kafka reaches when a pipeline names no
+# broker itself. The SASL username and password come only as secretKeyRef (never values).
+KAFKA_BOOTSTRAP_SERVERS = "SPARK_APP_KAFKA_BOOTSTRAP_SERVERS"
+KAFKA_SECURITY_PROTOCOL = "SPARK_APP_KAFKA_SECURITY_PROTOCOL"
+KAFKA_SASL_MECHANISM = "SPARK_APP_KAFKA_SASL_MECHANISM"
+KAFKA_SASL_USERNAME = "SPARK_APP_KAFKA_SASL_USERNAME"
+KAFKA_SASL_PASSWORD = "SPARK_APP_KAFKA_SASL_PASSWORD"
+KAFKA_CA_FILE = "SPARK_APP_KAFKA_CA_FILE"
+"""A PEM file of the certificates that sign the brokers' (a Secret or ConfigMap mounted
+by the operator at KAFKA_CA_MOUNT)."""
+KAFKA_CA_MOUNT = "/etc/spark-app/kafka-ca"
 
 # What else a driver process reads from its environment (not injected by the operator):
 # set by the image, the entrypoint, a test or a developer. DriverEnvironment parses them.
@@ -99,6 +110,12 @@ ALL = (
     TABLE_INPUTS,
     TABLES,
     LIVE_SETTINGS_FILE,
+    KAFKA_BOOTSTRAP_SERVERS,
+    KAFKA_SECURITY_PROTOCOL,
+    KAFKA_SASL_MECHANISM,
+    KAFKA_SASL_USERNAME,
+    KAFKA_SASL_PASSWORD,
+    KAFKA_CA_FILE,
 )
 
 
@@ -183,6 +200,74 @@ class S3Options:
             raise ContractError(f"{S3_PATH_STYLE}={environ[S3_PATH_STYLE]!r} must be true or false")
         return cls(endpoint=environ.get(S3_ENDPOINT) or None, region=environ.get(S3_REGION) or None,
                    path_style=None if not path_style else path_style == "true")
+
+
+KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """How to reach a Kafka cluster: one type for the PersistentPipeline's spec.kafka, the
+    driver's environment, Spark's Kafka source and the sink's producer."""
+
+    bootstrap_servers: str
+    """host:port[,host:port...]"""
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, with SASL_PLAINTEXT or SASL_SSL."""
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    """From a Secret (secretKeyRef); never printed, logged or put in arguments."""
+    ca_file: str | None = None
+    """A PEM file of the CAs that sign the brokers' certificates (SSL, SASL_SSL); None: the
+    system's."""
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers.strip():
+            raise ContractError("the Kafka bootstrap servers are empty: give host:port[,host:port...]")
+        if self.security_protocol not in KAFKA_SECURITY_PROTOCOLS:
+            raise ContractError(f"Kafka security protocol {self.security_protocol!r} is not one of "
+                                f"{', '.join(KAFKA_SECURITY_PROTOCOLS)}")
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and self.sasl_mechanism not in KAFKA_SASL_MECHANISMS:
+            raise ContractError(f"Kafka security protocol {self.security_protocol} needs a SASL mechanism, one of "
+                                f"{', '.join(KAFKA_SASL_MECHANISMS)} (got {self.sasl_mechanism!r})")
+        if sasl and (not self.username or self.password is None):
+            raise ContractError(f"Kafka security protocol {self.security_protocol} needs a username and a password "
+                                f"({KAFKA_SASL_USERNAME}, {KAFKA_SASL_PASSWORD}, from a Secret)")
+        if not sasl and self.sasl_mechanism:
+            raise ContractError(f"a Kafka SASL mechanism ({self.sasl_mechanism}) needs security protocol "
+                                "SASL_PLAINTEXT or SASL_SSL")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def to_env(self) -> dict[str, str]:
+        """The settings that are not secrets (the username and the password are the
+        operator's secretKeyRef)."""
+        env = {KAFKA_BOOTSTRAP_SERVERS: self.bootstrap_servers, KAFKA_SECURITY_PROTOCOL: self.security_protocol}
+        if self.sasl_mechanism:
+            env[KAFKA_SASL_MECHANISM] = self.sasl_mechanism
+        if self.ca_file:
+            env[KAFKA_CA_FILE] = self.ca_file
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> KafkaConnection | None:
+        """The connection the operator injected, or None if it injected none."""
+        servers = environ.get(KAFKA_BOOTSTRAP_SERVERS, "").strip()
+        if not servers:
+            return None
+        return cls(
+            bootstrap_servers=servers,
+            security_protocol=(environ.get(KAFKA_SECURITY_PROTOCOL) or "PLAINTEXT").strip().upper(),
+            sasl_mechanism=(environ.get(KAFKA_SASL_MECHANISM) or "").strip().upper() or None,
+            username=environ.get(KAFKA_SASL_USERNAME) or None,
+            password=environ.get(KAFKA_SASL_PASSWORD),
+            ca_file=environ.get(KAFKA_CA_FILE) or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -391,6 +476,8 @@ class DriverEnvironment:
     table_keys: Mapping[str, S3Keys] = field(default_factory=dict)
     """A table input's own S3 credentials, by its ``credentials`` prefix."""
     tables: Mapping[str, TableSettings] = field(default_factory=dict)
+    kafka: KafkaConnection | None = None
+    """The Kafka cluster of spec.kafka, credentials included; None if none was given."""
     live_settings_file: str | None = None
 
     @classmethod
@@ -412,6 +499,7 @@ class DriverEnvironment:
             table_inputs=inputs,
             table_keys=keys,
             tables=table_settings_from_env(environ),
+            kafka=KafkaConnection.from_env(environ),
             live_settings_file=environ.get(LIVE_SETTINGS_FILE) or None,
         )
 
@@ -465,6 +553,15 @@ class QueryReport:
     iterate: Any = None
     """The iterate operator's last run, if the output is fed by one."""
     input_rows_per_s: float | None = None
+    lag: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    """Kafka sources: persistent_id -> topic -> partition -> records beyond the committed offset."""
+
+    @property
+    def total_lag(self) -> int | None:
+        """Records waiting in all Kafka partitions (None: no Kafka source reported)."""
+        if not self.lag:
+            return None
+        return sum(n for topics in self.lag.values() for parts in topics.values() for n in parts.values())
 
 
 @dataclass(frozen=True)
@@ -611,7 +708,7 @@ def _query_report(raw: Mapping[str, Any]) -> QueryReport:
         commit_time_ms=_optional_int(raw.get("commit_time_ms")), offsets=dict(raw.get("offsets") or {}),
         backlog=bool(raw.get("backlog")), active=bool(raw.get("active")), malformed=int(raw.get("malformed") or 0),
         file_problems=int(raw.get("file_problems") or 0), iterate=raw.get("iterate"),
-        input_rows_per_s=None if rate is None else float(rate),
+        input_rows_per_s=None if rate is None else float(rate), lag=_lag(raw.get("lag")),
     )
 
 
@@ -625,6 +722,13 @@ def _table_report(raw: Mapping[str, Any]) -> TableReport:
     return TableReport(version=_optional_int(raw.get("version")), rows=_optional_int(raw.get("rows")),
                        bytes=_optional_int(raw.get("bytes")), frontier=_optional_int(raw.get("frontier")),
                        compacted_ms=_optional_int(raw.get("compacted_ms")), holders=holders)
+
+
+def _lag(raw: Any) -> dict[str, dict[str, dict[str, int]]]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(pid): {str(topic): {str(p): int(n) for p, n in parts.items()} for topic, parts in topics.items()}
+            for pid, topics in raw.items()}
 
 
 def _backfill_report(raw: Mapping[str, Any]) -> BackfillReport:
@@ -664,6 +768,7 @@ def executor_pod_template_conf(environ: Mapping[str, str], folder: str) -> dict[
 
 REDACTED = "[redacted]"
 _NAME = r"[\w.-]{0,40}"
+_SECRET_WORDS = r"(?:password|passwd|pwd|secret|token|credential|access[_.-]?key|api[_.-]?key|private[_.-]?key)"
 _CREDENTIALS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL),
      REDACTED),
@@ -672,9 +777,16 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(\bbearer\s+)[A-Za-z0-9._~+/-]+=*", re.IGNORECASE), rf"\1{REDACTED}"),
     # JSON Web Tokens, such as Kubernetes service account tokens.
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+    # Kafka's JAAS configuration (sasl.jaas.config=...LoginModule required username="u"
+    # password="p";), whole: it is a credential however it is quoted.
+    (re.compile(rf"(\bsasl[._]jaas[._]config[\"']?\s*[=:]\s*+)(?!{re.escape(REDACTED)})[^;\n]*;?", re.IGNORECASE),
+     rf"\1{REDACTED}"),
+    # password="a quoted value, spaces and all"
+    (re.compile(rf"(\b{_NAME}{_SECRET_WORDS}{_NAME}\s*[=:]\s*)\"(?:[^\"\\\n]|\\.)*\"", re.IGNORECASE),
+     rf'\1"{REDACTED}"'),
     # password=..., "secret": "...", AWS_SECRET_ACCESS_KEY=..., api-key: ...
-    (re.compile(rf"(\b{_NAME}(?:password|passwd|pwd|secret|token|credential|access[_.-]?key|api[_.-]?key|"
-                rf"private[_.-]?key){_NAME}[\"']?\s*[=:]\s*[\"']?)[^\s\"',;&}}]+", re.IGNORECASE),
+    (re.compile(rf"(\b{_NAME}{_SECRET_WORDS}{_NAME}[\"']?\s*[=:]\s*[\"']?)(?!{re.escape(REDACTED)})[^\s\"',;&}}]+",
+                re.IGNORECASE),
      rf"\1{REDACTED}"),
     # AWS access key ids: long-term (AKIA...) and temporary (ASIA...) ones.
     (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[A-Z0-9]{16}\b"), REDACTED),

@@ -11,6 +11,7 @@ the tests run the real entrypoint.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import runpy
 import sys
@@ -22,6 +23,9 @@ from spark_app.runtime.jvm.worker_python import worker_python
 
 def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
     """Runs a pipeline file or module as __main__; returns the exit code it ends with."""
+    # A crash in native code (librdkafka, Arrow) then leaves every thread's Python stack on
+    # stderr, in the driver's log, instead of a bare exit code -11.
+    faulthandler.enable()
     os.environ[contract.PIPELINE_FILE] = target  # read back with the rest of the driver's environment
     sys.argv = [target, *args]
     try:

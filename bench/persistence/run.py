@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import statistics
@@ -25,9 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, SPARK_CONF, progress, run_process, spark_app, write_results  # noqa: E402
-from spark_app.runtime.jvm import class_archive  # noqa: E402
-from spark_app.runtime.jvm.jars import jars_dir  # noqa: E402
+from bench.common import REPO, SPARK_CONF, progress, run_process, spark_app, start_up_conf, write_results  # noqa: E402
 from spark_app.runtime.jvm.worker_python import worker_python  # noqa: E402
 
 ROWS_PER_FILE = 50_000
@@ -69,11 +66,10 @@ def spark_app_wordcount(work: Path, inputs: Path, state: Path, output: Path, log
 def overhead(work: Path, rows: int, rounds: int) -> dict[str, object]:
     inputs = work / "overhead-inputs"
     write_files(inputs, 0, rows // ROWS_PER_FILE)
-    jars = jars_dir()
-    archive = class_archive.java_options(jars)
+    conf = start_up_conf()
+    archive = conf["spark.driver.defaultJavaOptions"]
     aids = {"PYSPARK_PYTHON": worker_python(), "PYSPARK_DRIVER_PYTHON": worker_python(),
-            "SPARK_APP_SPARK_CONF": json.dumps({**SPARK_CONF, "spark.driver.extraClassPath": os.path.join(jars, "*"),
-                                                "spark.driver.defaultJavaOptions": archive})}
+            "SPARK_APP_SPARK_CONF": json.dumps({**SPARK_CONF, **conf})}
     seconds: dict[str, list[float]] = {name: [] for name in RUNNERS}
     for round_number in range(rounds):
         for name in RUNNERS:

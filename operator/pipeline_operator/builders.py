@@ -111,6 +111,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
         _field_env(names.POD_IP_ENV, "status.podIP"),
         *_credential_env(spec),
+        *_kafka_env(spec),
         *podsecurity.scratch_env(),
         *(dict(var) for var in spec.driver.env),
         *({"name": k, "value": v}
@@ -131,7 +132,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         "terminationMessagePath": contract.TERMINATION_LOG,
         # Kubernetes falls back to the log's tail when the driver died before writing one.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [*_state_mounts(spec),
+        "volumeMounts": [*_state_mounts(spec), *_kafka_mounts(spec),
                          {"name": LIVE_SETTINGS_VOLUME, "mountPath": names.LIVE_SETTINGS_MOUNT_PATH,
                           "readOnly": True}],
     }
@@ -144,7 +145,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": spec.driver.termination_grace_period_seconds,
         "containers": [container],
-        "volumes": [*_state_volumes(spec), _live_settings_volume()],
+        "volumes": [*_state_volumes(spec), *_kafka_volumes(spec), _live_settings_volume()],
     }
     if spec.driver.service_account_name:
         pod_spec["serviceAccountName"] = spec.driver.service_account_name
@@ -307,6 +308,46 @@ def _credential_env(spec: PipelineSpec) -> list[JsonDict]:
         pairs.append((contract.AWS_SESSION_TOKEN, creds.session_token_key))
     return [{"name": var, "valueFrom": {"secretKeyRef": {"name": creds.secret_name, "key": key}}}
             for var, key in pairs]
+
+
+KAFKA_CA_VOLUME = "kafka-ca"
+KAFKA_CA_FILE = "ca.crt"
+
+
+def _kafka_env(spec: PipelineSpec) -> list[JsonDict]:
+    """spec.kafka for the driver: settings as values, the SASL username and password only
+    ever as secretKeyRef, the CA as the path of its mounted file."""
+    kafka = spec.kafka
+    if kafka is None:
+        return []
+    env: list[JsonDict] = [{"name": contract.KAFKA_BOOTSTRAP_SERVERS, "value": kafka.bootstrap_servers},
+           {"name": contract.KAFKA_SECURITY_PROTOCOL, "value": kafka.security_protocol}]
+    if kafka.sasl_mechanism:
+        env.append({"name": contract.KAFKA_SASL_MECHANISM, "value": kafka.sasl_mechanism})
+    if kafka.credentials is not None:
+        creds = kafka.credentials
+        env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": creds.secret_name, "key": key}}}
+                for var, key in ((contract.KAFKA_SASL_USERNAME, creds.username_key),
+                                 (contract.KAFKA_SASL_PASSWORD, creds.password_key))]
+    if kafka.ca is not None:
+        env.append({"name": contract.KAFKA_CA_FILE, "value": f"{contract.KAFKA_CA_MOUNT}/{KAFKA_CA_FILE}"})
+    return env
+
+
+def _kafka_volumes(spec: PipelineSpec) -> list[JsonDict]:
+    ca = spec.kafka.ca if spec.kafka else None
+    if ca is None:
+        return []
+    items = [{"key": ca.key, "path": KAFKA_CA_FILE}]
+    if ca.kind == "Secret":
+        return [{"name": KAFKA_CA_VOLUME, "secret": {"secretName": ca.name, "items": items}}]
+    return [{"name": KAFKA_CA_VOLUME, "configMap": {"name": ca.name, "items": items}}]
+
+
+def _kafka_mounts(spec: PipelineSpec) -> list[JsonDict]:
+    if spec.kafka is None or spec.kafka.ca is None:
+        return []
+    return [{"name": KAFKA_CA_VOLUME, "mountPath": contract.KAFKA_CA_MOUNT, "readOnly": True}]
 
 
 def _s3_env(spec: PipelineSpec) -> list[JsonDict]:

@@ -33,7 +33,7 @@ from pipeline_operator.memory import (
     bounded_tables,
     truncate,
 )
-from pipeline_operator.observe import BackfillReport, DriverPod, format_time
+from pipeline_operator.observe import BackfillReport, DriverPod, DriverReport, format_time
 from pipeline_operator.policy import Health, RootRefused, assess, backoff_delay, state_root
 from pipeline_operator.spec import PipelineSpec, RestartPolicy
 from spark_app import contract
@@ -422,7 +422,7 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
         m = replace(m, announced_epoch=d.epoch, running_since=o.now, storage_outages=0)
     health = assess(spec, d, o.now, t.report_stale_after_seconds,
                     m.running_since if m.announced_epoch == d.epoch else None)
-    if fresh and report.queries and _checkpoint_due(m.checkpoint, d.epoch, report.last_commit_ms, t):  # type: ignore[union-attr]
+    if fresh and report.queries and _checkpoint_due(m.checkpoint, d.epoch, report, o.now, t):  # type: ignore[arg-type,union-attr]
         last = report.last_commit_ms  # type: ignore[union-attr]
         m = replace(m, checkpoint=Checkpoint(time=last / 1000 if last else None, epoch=d.epoch,
                                              queries=bounded_queries(report.queries)))  # type: ignore[union-attr]
@@ -476,12 +476,18 @@ def _follow_backfills(o: Observed, m: Memory, reported: Mapping[str, BackfillRep
     return m, events
 
 
-def _checkpoint_due(known: Checkpoint | None, epoch: int, last_commit_ms: int | None, t: Tunables) -> bool:
+def _checkpoint_due(known: Checkpoint | None, epoch: int, report: DriverReport, now: float, t: Tunables) -> bool:
     """A busy driver commits every batch; the status follows at most every
-    checkpoint_refresh_seconds, so that it is not rewritten at every commit."""
+    checkpoint_refresh_seconds, so that it is not rewritten at every commit. Kafka lag
+    moves without commits too (input arriving at a stalled pipeline): a new lag is shown
+    once that long has passed since the last commit."""
+    last_commit_ms = report.last_commit_ms
     if known is None or known.epoch != epoch or known.time is None or last_commit_ms is None:
         return True
-    return last_commit_ms / 1000 - known.time >= t.checkpoint_refresh_seconds
+    if last_commit_ms / 1000 - known.time >= t.checkpoint_refresh_seconds:
+        return True
+    lag_moved = {n: q.lag for n, q in report.queries.items()} != {n: q.lag for n, q in known.queries.items()}
+    return lag_moved and now - known.time >= t.checkpoint_refresh_seconds
 
 
 def _announce(d: DriverPod, m: Memory) -> Event:

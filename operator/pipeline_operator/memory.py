@@ -17,6 +17,8 @@ RECENT_RESTARTS = 5
 MAX_QUERIES = 10
 MAX_BACKFILLS = 10
 MAX_OFFSETS_PER_QUERY = 20
+MAX_LAG_PARTITIONS = 100
+"""Per query, the Kafka partitions whose lag the status keeps: the most lagging ones."""
 MAX_VALUE_CHARS = 512
 MAX_MESSAGE_CHARS = 1024
 
@@ -64,6 +66,17 @@ class Checkpoint:
     def describe(self) -> str:
         parts = [f"{name} batch {q.batch}" for name, q in sorted(self.queries.items()) if q.batch is not None]
         return ", ".join(parts) or "no batch committed yet"
+
+    def lag(self) -> dict[tuple[str, str, str], int]:
+        """(source, topic, partition) -> records beyond the committed offsets: the slowest
+        output's where several read a source (each reads it on its own)."""
+        found: dict[tuple[str, str, str], int] = {}
+        for query in self.queries.values():
+            for pid, topics in query.lag.items():
+                for topic, partitions in topics.items():
+                    for partition, n in partitions.items():
+                        found[(pid, topic, partition)] = max(n, found.get((pid, topic, partition), 0))
+        return found
 
 
 @dataclass(frozen=True)
@@ -162,7 +175,19 @@ def bounded_queries(queries: Mapping[str, QueryReport]) -> dict[str, QueryReport
         offsets = {pid: _bounded(q.offsets[pid]) for pid in sorted(q.offsets)[:MAX_OFFSETS_PER_QUERY]}
         kept[name] = QueryReport(batch=q.batch, commit_time_ms=q.commit_time_ms, offsets=offsets,
                                  backlog=q.backlog, active=q.active, malformed=q.malformed,
-                                 iterate=_bounded(q.iterate))
+                                 iterate=_bounded(q.iterate), lag=_bounded_lag(q.lag))
+    return kept
+
+
+def _bounded_lag(lag: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, dict[str, int]]]:
+    """The MAX_LAG_PARTITIONS most-lagging partitions of the query's first
+    MAX_OFFSETS_PER_QUERY sources (as its offsets are bounded)."""
+    partitions = sorted(((n, pid, topic, partition) for pid in sorted(lag)[:MAX_OFFSETS_PER_QUERY]
+                         for topic, parts in lag[pid].items() for partition, n in parts.items()),
+                        key=lambda item: -item[0])[:MAX_LAG_PARTITIONS]
+    kept: dict[str, dict[str, dict[str, int]]] = {}
+    for n, pid, topic, partition in partitions:
+        kept.setdefault(pid, {}).setdefault(topic, {})[partition] = n
     return kept
 
 

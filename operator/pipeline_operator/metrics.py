@@ -3,6 +3,8 @@
     persistent_pipeline_restarts_total{namespace,pipeline,reason}       driver relaunches
     persistent_pipeline_seconds_since_checkpoint{namespace,pipeline}    at scrape time
     persistent_pipeline_phase{namespace,pipeline,phase}                 1 for the current phase
+    persistent_pipeline_source_lag{namespace,pipeline,source,topic,partition}
+                                                                        Kafka records beyond the committed offsets
     persistent_pipeline_reconcile_seconds                               one pass over one pipeline
     persistent_pipeline_table_version{namespace,pipeline,table}         a published table's latest version
     persistent_pipeline_table_bytes{namespace,pipeline,table}           its size as of the last compaction
@@ -31,6 +33,7 @@ class Metrics(Collector):
         self._clock = clock
         self._lock = threading.Lock()
         self._pipelines: dict[tuple[str, str], tuple[str, float | None]] = {}
+        self._lag: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
         self._tables: dict[tuple[str, str], Mapping[str, TableReport]] = {}
         self.restarts = Counter("persistent_pipeline_restarts", "Driver relaunches, by reason.",
                                 ["namespace", "pipeline", "reason"], registry=self.registry)
@@ -39,9 +42,12 @@ class Metrics(Collector):
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=self.registry)
         self.registry.register(self)
 
-    def pipeline(self, namespace: str, name: str, phase: str, checkpoint_time: float | None) -> None:
+    def pipeline(self, namespace: str, name: str, phase: str, checkpoint_time: float | None,
+                 lag: Mapping[tuple[str, str, str], int] | None = None) -> None:
+        """``lag``: (source, topic, partition) -> records waiting, as last reported."""
         with self._lock:
             self._pipelines[(namespace, name)] = (phase, checkpoint_time)
+            self._lag[(namespace, name)] = dict(lag or {})
 
     def tables(self, namespace: str, name: str, tables: Mapping[str, TableReport]) -> None:
         with self._lock:
@@ -51,6 +57,7 @@ class Metrics(Collector):
         """A deleted pipeline leaves the gauges; its restart counters stay, as counters do."""
         with self._lock:
             self._pipelines.pop((namespace, name), None)
+            self._lag.pop((namespace, name), None)
             self._tables.pop((namespace, name), None)
 
     def collect(self) -> Iterator[Metric]:
@@ -60,14 +67,21 @@ class Metrics(Collector):
                                 labels=["namespace", "pipeline"])
         phases = GaugeMetricFamily("persistent_pipeline_phase", "The pipeline's phase (1 for the current one).",
                                    labels=["namespace", "pipeline", "phase"])
+        lag = GaugeMetricFamily("persistent_pipeline_source_lag",
+                                "Records in a Kafka partition beyond the offset the pipeline committed.",
+                                labels=["namespace", "pipeline", "source", "topic", "partition"])
         with self._lock:
             pipelines = dict(self._pipelines)
+            lags = {k: dict(v) for k, v in self._lag.items()}
         for (namespace, name), (phase, checkpoint) in sorted(pipelines.items()):
             if checkpoint is not None:
                 age.add_metric([namespace, name], max(0.0, now - checkpoint))
             phases.add_metric([namespace, name, phase], 1)
+            for (source, topic, partition), waiting in sorted(lags.get((namespace, name), {}).items()):
+                lag.add_metric([namespace, name, source, topic, partition], waiting)
         yield age
         yield phases
+        yield lag
         yield from self._collect_tables()
 
     def _collect_tables(self) -> Iterator[Metric]:

@@ -67,7 +67,9 @@ class Reconciler:
             self._act(resource, spec, decision, tables)
             events = decision.events + self._deliver_live_settings(namespace, spec, observed.driver)
         memory = decision.memory
-        self._metrics.pipeline(namespace, name, memory.phase, memory.checkpoint.time if memory.checkpoint else None)
+        checkpoint = memory.checkpoint
+        self._metrics.pipeline(namespace, name, memory.phase, checkpoint.time if checkpoint else None,
+                               checkpoint.lag() if checkpoint else None)
         self._metrics.tables(namespace, name, memory.tables)
         if decision.restart_reason:
             self._metrics.restarts.labels(namespace, name, decision.restart_reason).inc()

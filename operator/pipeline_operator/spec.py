@@ -131,6 +131,36 @@ class S3Backend:
 
 
 @dataclass(frozen=True)
+class KafkaCredentials:
+    """A SASL username and password, from a Secret (only ever as secretKeyRef)."""
+
+    secret_name: str
+    username_key: str = "username"
+    password_key: str = "password"
+
+
+@dataclass(frozen=True)
+class KafkaCa:
+    """The PEM certificates that sign the brokers', from a Secret or a ConfigMap."""
+
+    kind: str
+    """Secret or ConfigMap."""
+    name: str
+    key: str = "ca.crt"
+
+
+@dataclass(frozen=True)
+class Kafka:
+    """The Kafka cluster sa.io.kafka reaches when a pipeline names none itself."""
+
+    bootstrap_servers: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    credentials: KafkaCredentials | None = None
+    ca: KafkaCa | None = None
+
+
+@dataclass(frozen=True)
 class Persistence:
     backend: FilesystemBackend | S3Backend
     snapshot_interval_seconds: int = 10
@@ -227,6 +257,7 @@ class PipelineSpec:
     pod_hash: changing it restarts nothing; the operator rewrites the pod's live
     settings); a shared table's reference shapes the pod (its location is injected)."""
     tables: tuple[PublishedTable, ...] = ()
+    kafka: Kafka | None = None
 
     @property
     def table_inputs(self) -> tuple[tuple[Input, TableReference], ...]:
@@ -258,6 +289,7 @@ class PipelineSpec:
                        if k not in ("startup_timeout_seconds", "stuck_after_seconds")},
             "execution": asdict(self.execution),
             "backend": asdict(self.persistence.backend),
+            "kafka": asdict(self.kafka) if self.kafka else None,
             "snapshot_interval_seconds": self.persistence.snapshot_interval_seconds,
         }
         # Only when set, so that a pipeline without shared tables keeps the hash it had.
@@ -308,6 +340,7 @@ def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str, allow_privi
         upgrade_mode=reader.choice("upgradeMode", ("last-state", "stateless"), "last-state"),
         inputs=_inputs(reader, namespace),
         tables=_tables(reader),
+        kafka=_kafka(reader.section("kafka")) if reader.has("kafka") else None,
     )
     if problems:
         raise InvalidSpec(problems)
@@ -330,6 +363,13 @@ def prerequisites(spec: PipelineSpec) -> list[Prerequisite]:
     if spec.driver.service_account_name:
         needed.append(Prerequisite("ServiceAccount", spec.driver.service_account_name,
                                    field="spec.driver.serviceAccountName"))
+    kafka = spec.kafka
+    if kafka is not None and kafka.credentials is not None:
+        sasl = kafka.credentials
+        needed.append(Prerequisite("Secret", sasl.secret_name, (sasl.username_key, sasl.password_key),
+                                   "spec.kafka.sasl.credentialsSecret"))
+    if kafka is not None and kafka.ca is not None and kafka.ca.kind == "Secret":
+        needed.append(Prerequisite("Secret", kafka.ca.name, (kafka.ca.key,), "spec.kafka.tls.caSecret"))
     return needed
 
 
@@ -612,6 +652,40 @@ def _tables(r: _Reader) -> tuple[PublishedTable, ...]:
         age = entry.number("maxHoldAgeSeconds", 0, minimum=60) if entry.has("maxHoldAgeSeconds") else None
         tables.append(PublishedTable(name, entry.strings("readers"), age or None))
     return tuple(tables)
+
+
+_BOOTSTRAP = re.compile(r"^[^,\s:]+:[0-9]{1,5}(,[^,\s:]+:[0-9]{1,5})*$")
+
+
+def _kafka(r: _Reader) -> Kafka:
+    servers = r.string("bootstrapServers", "", required=True)
+    if servers and not _BOOTSTRAP.match(servers):
+        r.problem("bootstrapServers", f"must be host:port[,host:port...] (got {servers!r})")
+    protocol = r.choice("securityProtocol", contract.KAFKA_SECURITY_PROTOCOLS, "PLAINTEXT")
+    sasl, tls = r.section("sasl"), r.section("tls")
+    mechanism: str | None = None
+    credentials: KafkaCredentials | None = None
+    if protocol.startswith("SASL_") != r.has("sasl"):
+        r.problem("sasl", f"is needed with securityProtocol {protocol}" if protocol.startswith("SASL_") else
+                  f"needs securityProtocol SASL_PLAINTEXT or SASL_SSL (got {protocol})")
+    elif r.has("sasl"):
+        mechanism = sasl.choice("mechanism", contract.KAFKA_SASL_MECHANISMS, "SCRAM-SHA-512")
+        creds = sasl.section("credentialsSecret")
+        credentials = KafkaCredentials(secret_name=creds.string("name", "", required=True),
+                                       username_key=creds.string("usernameKey", "username", required=True),
+                                       password_key=creds.string("passwordKey", "password", required=True))
+    ca: KafkaCa | None = None
+    if r.has("tls"):
+        if protocol not in ("SSL", "SASL_SSL"):
+            r.problem("tls", f"needs securityProtocol SSL or SASL_SSL (got {protocol})")
+        if tls.has("caSecret") == tls.has("caConfigMap"):
+            tls.problem("", "set exactly one of caSecret and caConfigMap")
+        else:
+            kind, field_name = ("Secret", "caSecret") if tls.has("caSecret") else ("ConfigMap", "caConfigMap")
+            source = tls.section(field_name)
+            ca = KafkaCa(kind, source.string("name", "", required=True), source.string("key", "ca.crt", required=True))
+    return Kafka(bootstrap_servers=servers, security_protocol=protocol, sasl_mechanism=mechanism,
+                 credentials=credentials, ca=ca)
 
 
 def _relative_path(r: _Reader, key: str, default: str) -> str:

@@ -60,11 +60,15 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                           "restartNonce": m.halt.restart_nonce}
     if m.checkpoint:
         c = m.checkpoint
+        lags = [r.total_lag for r in c.queries.values() if r.total_lag is not None]
         status["checkpoint"] = {
             "epoch": c.epoch,
             **({"time": format_time(c.time)} if c.time is not None else {}),
+            # The slowest output's: each output reads its sources on its own.
+            **({"lag": max(lags)} if lags else {}),
             "queries": {q: {"batch": r.batch, "offsets": dict(r.offsets), "backlog": r.backlog,
                             "malformed": r.malformed,
+                            **({"lag": {pid: dict(topics) for pid, topics in r.lag.items()}} if r.lag else {}),
                             **({"commitTime": format_time(r.commit_time_ms / 1000)} if r.commit_time_ms else {}),
                             **({"iterate": r.iterate} if r.iterate is not None else {})}
                         for q, r in c.queries.items()},
@@ -173,12 +177,19 @@ def _read_checkpoint(raw: Mapping[str, Any]) -> Checkpoint:
             batch=q.get("batch"),
             commit_time_ms=_milliseconds(parse_time(q.get("commitTime"))),
             offsets=q.get("offsets") or {}, backlog=bool(q.get("backlog")), malformed=int(q.get("malformed") or 0),
-            iterate=q.get("iterate"),
+            iterate=q.get("iterate"), lag=_lag(q.get("lag")),
         )
         for name, q in (raw.get("queries") or {}).items()
     }
     return Checkpoint(time=parse_time(raw["time"]) if raw.get("time") else None, epoch=int(raw.get("epoch") or 0),
                       queries=queries)
+
+
+def _lag(raw: Any) -> dict[str, dict[str, dict[str, int]]]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(pid): {str(t): {str(p): int(n) for p, n in parts.items()} for t, parts in topics.items()}
+            for pid, topics in raw.items() if isinstance(topics, Mapping)}
 
 
 def _milliseconds(seconds: float | None) -> int | None:

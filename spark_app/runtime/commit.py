@@ -124,6 +124,10 @@ class BatchHandler:
             df.write.format("noop").mode("overwrite").save()
             return
         batch_time_ms, offsets = self._read_offsets(batch_id)
+        # Before the output: a source that cannot read its part of the batch whole stops
+        # the driver here, or says what it skips (counted with the commit).
+        skipped = {pid: self._trackers[pid].unreadable(head.offsets.get(pid) if head else None, offset)
+                   for pid, offset in offsets.items()}
         if self._spec.lookups:
             offsets.update(self._lookup_positions())
         session.check_not_fenced()
@@ -133,20 +137,21 @@ class BatchHandler:
             self._spec.sink.aborted()
             raise
         crash_point(AFTER_OUTPUT, batch_id)
-        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets)
+        new_head = self._commit(written, head, batch_id, batch_time_ms, offsets, skipped=skipped)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
                  ", ".join(f"{pid}: {self._describe(pid, o)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
-                offsets: dict[str, Any], kind: str = "commit") -> QueryHead:
+                offsets: dict[str, Any], kind: str = "commit",
+                skipped: Mapping[str, Mapping[str, int]] | None = None) -> QueryHead:
         new_head = QueryHead(
             batch=batch_id,
             batch_time_ms=batch_time_ms,
             commit_time_ms=int(time.time() * 1000),
             offsets=offsets,
             outputs={**(head.outputs if head else {}), **written.outputs},
-            sources=self._counters(head, offsets) if kind == "commit" else (head.sources if head else {}),
+            sources=self._counters(head, offsets, skipped or {}) if kind == "commit" else (head.sources if head else {}),
             iterate=written.iterate if written.iterate is not None else (head.iterate if head else None),
         )
         try:
@@ -213,13 +218,17 @@ class BatchHandler:
         metadata = json.loads(lines[1])
         return int(metadata.get("batchTimestampMs", 0)), offsets_by_source(self._name, self._spec.sources, lines[2:])
 
-    def _counters(self, head: QueryHead | None, offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
+    def _counters(self, head: QueryHead | None, offsets: dict[str, Any],
+                  skipped: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
         counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
         for pid, offset in offsets.items():
             if pid not in self._trackers:
                 continue  # a lookup's version: not a stream's position
             start = head.offsets.get(pid) if head else None
-            counters[pid] = self._trackers[pid].counters(counters.get(pid, {}), start, offset)
+            previous = counters.get(pid, {})
+            counters[pid] = self._trackers[pid].counters(previous, start, offset)
+            for name, n in skipped.get(pid, {}).items():
+                counters[pid][name] = previous.get(name, 0) + n
         return counters
 
 
@@ -228,11 +237,13 @@ def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) 
     yet) named by persistent id. The offsets of spark_app's own sources name their source
     (a query may hold several relations of one source, e.g. an iterate's: each has a line
     of its own, all equal). A JVM source's offset (Kafka's, Delta's) names nothing: those
-    lines go, in order, to the query's sources that no line named."""
+    lines, and the "-" lines among them, go by position to the query's sources that no line
+    named (``sources`` is in Spark's order, pipeline.source_ids)."""
     named: dict[str, Any] = {}
-    unnamed: list[str] = []
+    unnamed: list[str | None] = []
     for line in lines:
         if not line or line == "-":
+            unnamed.append(None)
             continue
         offset = json.loads(line)
         source = offset.get("source") if isinstance(offset, dict) else None
@@ -245,11 +256,15 @@ def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) 
         else:
             unnamed.append(line)
     others = [pid for pid in sources if pid not in named]
-    if len(unnamed) > len(others):
-        raise StateDamaged(f"Spark's offset log of {query} has {len(unnamed)} offsets of sources that do not name "
+    offered = [line for line in unnamed if line is not None]
+    if len(offered) > len(others):
+        raise StateDamaged(f"Spark's offset log of {query} has {len(offered)} offsets of sources that do not name "
                            f"themselves, where the query has {len(others)} ({', '.join(others) or 'none'}): its "
                            "checkpoint belongs to another query")
-    return {**named, **{pid: json.loads(line) for pid, line in zip(others, unnamed, strict=False)}}
+    if len(unnamed) != len(others):
+        # Some "-" lines are of named sources' other relations: their places say nothing.
+        unnamed = list(offered)
+    return {**named, **{pid: json.loads(line) for pid, line in zip(others, unnamed, strict=False) if line is not None}}
 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:

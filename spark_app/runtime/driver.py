@@ -10,6 +10,7 @@ driver. A driver superseded by a higher epoch stops without committing (Fenced).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -26,8 +27,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints
+from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints, offsets_by_source
 from spark_app.runtime.jvm.session import spark_conf
+from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput
 from spark_app.runtime.reporting import PodReporter
@@ -40,7 +42,15 @@ from spark_app.runtime.sources.delta_table import (
     Planner,
     PlanStore,
 )
-from spark_app.runtime.sources.files import SourceOrderChanged
+from spark_app.runtime.sources.kafka import (
+    DEAD_LETTER_PROPERTY,
+    KafkaDataLost,
+    KafkaTopicMissing,
+    KafkaTracker,
+    data_lost_in_spark,
+)
+from spark_app.runtime.sources.kafka import lag as kafka_lag
+from spark_app.runtime.sources.reader import SourceOrderChanged
 from spark_app.runtime.tables.readers import Readers, TableMissing
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
@@ -75,6 +85,8 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (LeaseDamaged, contract.EXIT_MISCONFIGURED),
     (IndexCorrupted, contract.EXIT_MISCONFIGURED),
     (StateDamaged, contract.EXIT_MISCONFIGURED),
+    (KafkaDataLost, contract.EXIT_MISCONFIGURED),
+    (KafkaTopicMissing, contract.EXIT_MISCONFIGURED),
     (BackfillError, contract.EXIT_MISCONFIGURED),
     (TableRewound, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
@@ -158,36 +170,51 @@ class Driver:
                                           requested_epoch=config.epoch, owner=config.pipeline,
                                           log_retained=config.log_retained)
         self.report()
+        # Renewed from now on, not once the pipeline runs: a start (a busy node's JVM, a
+        # large first batch) may outlast the lease, and the next driver would take over.
+        threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         if self._pipeline.shared:
-            self._readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
-                                    self._reset_hint(metadata.root_uri))
-            self._readers.open(self._session.heads)
+            # Set once its holds are registered: the renewal thread refreshes lookups' holds.
+            readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
+                              self._reset_hint(metadata.root_uri))
+            readers.open(self._session.heads)
+            self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
-        dead_letter = Backend.from_uri(config.dead_letter_uri or self._pipeline.default_dead_letter(), options=s3)
+        beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()
+        # A pipeline whose outputs are all Kafka topics keeps its dead letters with its state.
+        dead_letter = (Backend.from_uri(beside_output, options=s3) if beside_output else
+                       dataclasses.replace(config.snapshot_storage,
+                                           root=config.snapshot_storage.root.rstrip("/") + "/dead-letters"))
         self._pipeline.write_context(config.snapshot_storage, dead_letter,
-                                     {**config.source_limits, "index_compact_after": config.index_compact_after})
+                                     {**config.source_limits, "index_compact_after": config.index_compact_after},
+                                     config.outage_budget_s)
+        # Inherited by the queries started from this thread, and sent with their tasks: where
+        # Kafka sources' tasks set messages aside (the queries' plans were fixed before now).
+        spark.sparkContext.setLocalProperty(DEAD_LETTER_PROPERTY, json.dumps(dead_letter.to_json()))
         trackers = self._pipeline.trackers(snapshots, dead_letter, config.index_compact_after)
-        self._start_planners(snapshots)
+        for tracker in trackers.values():
+            if isinstance(tracker, KafkaTracker):
+                tracker.check_topics()  # Spark's source would wait for a missing topic without a word
+        self._start_planners(snapshots, retry)
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, trackers)
             self._handlers[name] = handler
             self._start_query(name)
             if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
                 self._wait_for_first_trigger(name)
-        threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         self._state = "running"
         log.info("pipeline running at epoch %d: %s", self._session.epoch, ", ".join(
             f"{o.name} -> {o.path}" for q in self._pipeline.queries.values() for o in q.sink.outputs()))
 
-    def _start_planners(self, snapshots: Storage) -> None:
+    def _start_planners(self, snapshots: Storage, retry: RetryPolicy) -> None:
         """One planner per table source: it writes the plans the source's queries read."""
         spark = self._pipeline.spark()
         live = LiveSettingsFile(self._pipeline.environment.live_settings_file)
         for pid, source in self._pipeline.tables.items():
-            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema), PlanStore(snapshots, pid),
+            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema, retry), PlanStore(snapshots, pid),
                               source.settings, committed=functools.partial(self._plans_committed, pid),
                               poll_s=self._options.trigger_interval_ms / 1000,
                               live_rate=functools.partial(live.backfill_rate, pid))
@@ -264,6 +291,10 @@ class Driver:
         if error is None:
             raise RuntimeError(f"query {name} stopped by itself")
         message = _first_line(str(error))
+        kafka_sources = [pid for pid in self._pipeline.queries[name].sources if pid in self._pipeline.kafka]
+        lost = data_lost_in_spark(kafka_sources, str(error)) if kafka_sources else None
+        if lost is not None:
+            raise lost
         if not _looks_transient(str(error)):
             raise QueryFailed(f"query {name} failed: {message}")
         if restarts.started is None:
@@ -348,11 +379,21 @@ class Driver:
 
     def _renew_lease_forever(self) -> None:
         assert self._session is not None
+        warned = False
         while not self._stop.wait(self._options.lease_renew_s):
             try:
-                status = self._status()
-                self._session.renew_lease(status=json.loads(status.to_json()))
-                self.report(status)
+                status: contract.DriverReport | None = self._status()
+            except Exception as error:  # noqa: BLE001 - a report must never stop the renewal
+                # Without this the thread ended, the live driver's lease lapsed, and the next
+                # driver took over (seen in make demo: a Kafka lag read failed).
+                if not warned:
+                    log.warning("could not build the driver's report; renewing the lease without it: %s", error)
+                    warned = True
+                status = None
+            try:
+                self._session.renew_lease(status=json.loads(status.to_json()) if status else None)
+                if status is not None:
+                    self.report(status)
                 if self._readers is not None:
                     self._readers.refresh_lookups(self._looking_up)
             except Fenced as error:
@@ -387,7 +428,7 @@ class Driver:
             progress: dict[str, Any]
             try:
                 status = query.status if query else {}
-                progress = (query.lastProgress if query else None) or {}
+                progress = last_progress(query) if query else {}
             except Exception:  # noqa: BLE001 - the query may be restarting
                 status, progress = {}, {}
             head = self._session.heads.get(name) if self._session else None
@@ -400,6 +441,8 @@ class Driver:
                 malformed=sum(c.get("malformed", 0) for c in sources),
                 file_problems=sum(c.get("file_problems", 0) for c in sources),
                 iterate=head.iterate if head else None,
+                lag=query_lag(name, self._pipeline.queries[name].sources, set(self._pipeline.kafka), progress,
+                              head.offsets if head else {}),
                 active=bool(status.get("isTriggerActive")),
                 backlog=bool(status.get("isDataAvailable")),
                 input_rows_per_s=progress.get("inputRowsPerSecond"),
@@ -527,6 +570,14 @@ _TRANSIENT_MARKERS = (
     # itself (the lower epoch can no longer commit it).
     "Multiple streaming queries are concurrently using",
     "CONCURRENT_STREAM_LOG_UPDATE",
+    # A Kafka broker that did not answer in time (down, or being restarted); a Kafka output's
+    # batch the broker did not take.
+    "org.apache.kafka.common.errors.TimeoutException",
+    "KafkaWriteFailed",
+    # Spark 4.1's Kafka source fails the progress report of a batch replayed after a restart
+    # (SPARK-55271: its metrics read latest offsets it never fetched), after the batch is in
+    # Spark's commit log: the query restarted from there plans the next batch as usual.
+    'because the return value of "scala.Option.get()" is null',
 )
 
 
@@ -543,3 +594,31 @@ def _first_line(text: str) -> str:
 
 def _describe_heads(heads: dict[str, QueryHead]) -> str:
     return ", ".join(f"{n} batch {h.batch}" for n, h in sorted(heads.items())) or "no batch committed"
+
+
+def query_lag(query: str, sources: tuple[str, ...], kafka: set[str], progress: Mapping[str, Any],
+              committed: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per Kafka source of a query, what its partitions hold beyond the ``committed`` offsets:
+    the latest offsets Spark saw last (its progress lists its sources as its offset log
+    does, so offsets_by_source names them)."""
+    if not any(pid in kafka for pid in sources):
+        return {}
+    lines = [_offset_line(source.get("latestOffset")) for source in progress.get("sources") or []]
+    latest = offsets_by_source(query, sources, lines)
+    return {pid: kafka_lag(parse_offsets(offset), parse_offsets(committed.get(pid, {})))
+            for pid, offset in latest.items() if pid in kafka}
+
+
+def last_progress(query: Any) -> dict[str, Any]:
+    """A query's last progress report as Spark wrote it (JSON), or {} before its first.
+    Not pyspark's StreamingQueryProgress as such: that keeps each source's offsets as str()
+    of the parsed JSON, Python's repr, which no offset reader can parse."""
+    progress = query.lastProgress
+    return json.loads(progress.json) if progress else {}
+
+
+def _offset_line(offset: Any) -> str:
+    """A source's offset in a progress report, as the offset log writes it ("-": none yet)."""
+    if offset is None or offset == "null":
+        return "-"
+    return offset if isinstance(offset, str) else json.dumps(offset)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_app import contract
@@ -30,6 +31,7 @@ from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
 from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
+from spark_app.runtime.sinks.kafka import KafkaOutput
 from spark_app.runtime.sources.base import Tracker
 from spark_app.runtime.sources.delta_table import FORMAT_NAME as PLANS_FORMAT
 from spark_app.runtime.sources.delta_table import (
@@ -42,6 +44,7 @@ from spark_app.runtime.sources.delta_table import (
     describe_table,
 )
 from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
+from spark_app.runtime.sources.kafka import KafkaSourceSpec, KafkaTracker, MessagePlan, ParseMessages
 from spark_app.runtime.tables.changelog import DIFF, ChangelogSource, ChangelogTracker
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.runtime.tables.lookup import lookups_in
@@ -67,7 +70,8 @@ class PipelineError(Exception):
 class SourceSpec:
     persistent_id: str
     format: str
-    input: Backend
+    location: str
+    """What it reads (a folder, an S3 prefix, Kafka topics), for the state's identity."""
     schema: str
     generated_id: bool
 
@@ -100,6 +104,8 @@ class Pipeline:
         self.environment = environment
         """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
+        self.kafka: dict[str, KafkaSourceSpec] = {}
+        """The Kafka sources by persistent id (connections with their credentials)."""
         self.queries: dict[str, QuerySpec] = {}
         self.tables: dict[str, TableSource] = {}
         """The sources that read a Delta table (by persistent id), backfilled by a planner."""
@@ -133,7 +139,28 @@ class Pipeline:
         for key, value in options.items():
             reader = reader.option(key, value)
         df = reader.load()
-        self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend, df.schema.simpleString(), generated)
+        self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend.root, df.schema.simpleString(), generated)
+        return df
+
+    def add_kafka_source(self, spec: KafkaSourceSpec) -> DataFrame:
+        """Spark's Kafka source, its values parsed in tasks (spark_app.runtime.sources.kafka)."""
+        spark = self.spark()
+        self._source_id("kafka", spec.location, spec.persistent_id)
+        raw = spark.readStream.format("kafka").options(**spec.reader_options()).load()
+        value = StructType() if spec.value_format == "raw" else _ddl_schema(spark, spec.schema or "")
+        clash = [c for c in spec.columns if c in value.fieldNames()]
+        if clash:
+            raise PipelineError(f"Kafka source {spec.persistent_id!r}: columns {clash} are both in the value's "
+                                "schema and among the record's columns; rename the schema's fields or drop them "
+                                "from columns=")
+        output = StructType(list(value.fields) + [raw.schema[c] for c in spec.columns])
+        if spec.value_format == "raw":
+            output = StructType([raw.schema["value"], *output.fields])
+        plan = MessagePlan(spec.persistent_id, spec.value_format, to_arrow_schema(value), spec.columns, spec.csv)
+        df = raw.mapInArrow(ParseMessages(plan), output)
+        self.sources[spec.persistent_id] = SourceSpec(spec.persistent_id, f"kafka/{spec.value_format}", spec.location,
+                                                      value.simpleString(), False)
+        self.kafka[spec.persistent_id] = spec
         return df
 
     def add_table_changelog(self, table: str, persistent_id: str, location: str | None,
@@ -215,7 +242,7 @@ class Pipeline:
         df = (spark.readStream.format(PLANS_FORMAT).schema(changelog_schema(schema))
               .option("persistent_id", persistent_id).option("context", self.context_path)
               .option("max_plans_per_trigger", str(settings.max_plans_per_trigger)).load())
-        self.sources[persistent_id] = SourceSpec(persistent_id, "delta", table.location, df.schema.simpleString(),
+        self.sources[persistent_id] = SourceSpec(persistent_id, "delta", table.location.root, df.schema.simpleString(),
                                                  generated)
         self.tables[persistent_id] = TableSource(table, settings, schema)
         return df
@@ -255,7 +282,7 @@ class Pipeline:
         facts = analyze(df)
         changes = kind == "jsonlines" and DIFF in df.columns and facts.key is None and key is None
         clash = [c for c in df.columns if c in RESERVED_COLUMNS and not (changes and c == DIFF)]
-        if clash and kind == "jsonlines":
+        if clash and kind in ("jsonlines", "kafka"):
             raise PipelineError(f"output {name!r} has columns {clash}, which the changelog reserves "
                                 "for time and diff; rename them")
         if key is not None and (facts.key is not None or kind == "table"):
@@ -269,6 +296,8 @@ class Pipeline:
             output = JsonLinesOutput(name, path, facts.key, changes=changes)
         elif kind == "table":
             output = TableOutput(name, key or [], df.schema, options["options"])
+        elif kind == "kafka":
+            output = KafkaOutput(name, path, facts.key, options.get("message_key"), options["connection"])
         else:
             output = DeltaOutput(name, path, facts.key, **options)
         lookups = lookups_in(df, {pid: t.location.uri for pid, t in self.shared.items() if t.kind == LOOKUP})
@@ -289,6 +318,8 @@ class Pipeline:
         for pid in self.sources:
             if pid in self.tables:
                 trackers[pid] = PlanTracker(snapshots, pid, self.tables[pid].table)
+            elif pid in self.kafka:
+                trackers[pid] = KafkaTracker(self.kafka[pid], dead_letter)
             elif pid in self.shared:
                 trackers[pid] = ChangelogTracker(self.shared[pid].location.storage)
             else:
@@ -300,17 +331,18 @@ class Pipeline:
 
     def manifest(self) -> Manifest:
         return Manifest(
-            sources={pid: SourceIdentity(pid, s.format, s.schema, s.input.root) for pid, s in self.sources.items()},
+            sources={pid: SourceIdentity(pid, s.format, s.schema, s.location) for pid, s in self.sources.items()},
             queries={
                 name: QueryIdentity(name, q.sources, q.facts.stateful, q.facts.key)
                 for name, q in self.queries.items()
             },
         )
 
-    def write_context(self, snapshot: Backend, dead_letter: Backend, limits: Mapping[str, int]) -> None:
+    def write_context(self, snapshot: Backend, dead_letter: Backend, limits: Mapping[str, int],
+                      outage_budget_s: float) -> None:
         with open(self.context_path + ".tmp", "w") as handle:
-            json.dump({"snapshot": snapshot.to_json(), "dead_letter": dead_letter.to_json(), "limits": dict(limits)},
-                      handle)
+            json.dump({"snapshot": snapshot.to_json(), "dead_letter": dead_letter.to_json(), "limits": dict(limits),
+                       "outage_budget_s": outage_budget_s}, handle)
         os.replace(self.context_path + ".tmp", self.context_path)
 
     def _initial_conf(self) -> dict[str, str]:
@@ -321,11 +353,13 @@ class Pipeline:
             return spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf)
         return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, self.environment.spark_conf)
 
-    def default_dead_letter(self) -> str:
+    def default_dead_letter(self) -> str | None:
+        """Beside the first output that is a file or a folder; None if none is (Kafka)."""
         outputs = [o for q in self.queries.values() for o in q.sink.outputs()]
         if not outputs:
             raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
-        return outputs[0].path.rstrip("/") + ".dead-letter"
+        files = [o for o in outputs if not isinstance(o, KafkaOutput)]
+        return files[0].path.rstrip("/") + ".dead-letter" if files else None
 
 
 @runtime_checkable
@@ -341,8 +375,34 @@ class FeedsOutputs(Protocol):
 
 
 def source_ids(df: DataFrame) -> tuple[str, ...]:
-    """The persistent ids of a query's sources, in the order Spark numbers them."""
-    return tuple(dict.fromkeys(_RELATION_PID.findall("\n".join(n.simpleString(500) for n in _relations(df)))))
+    """The persistent ids of a query's sources, in the order Spark numbers them (a
+    pre-order walk of the analyzed plan, as MicroBatchExecution collects them: the order of
+    its offset log's lines, which commit.offsets_by_source relies on for JVM sources)."""
+    relations = (_relation_pid(n) for n in _relations(df))
+    return tuple(dict.fromkeys(pid for pid in relations if pid is not None))
+
+
+def _relation_pid(node: Any) -> str | None:
+    found = _RELATION_PID.search(node.simpleString(500))
+    if found:
+        return found.group(1)
+    try:  # a JVM source (Kafka) shows no options in its plan's text
+        value = node.extraOptions().get("persistent_id")
+    except Exception:  # noqa: BLE001 - a relation without options is not spark_app's
+        return None
+    return str(value) if value else None
+
+
+def _ddl_schema(spark: SparkSession, ddl: str) -> StructType:
+    from pyspark.sql.types import _parse_datatype_string
+
+    if not ddl.strip():
+        raise PipelineError("a Kafka source of JSON or CSV values needs schema=\"field TYPE, ...\"")
+    spark.sparkContext  # noqa: B018 - the parser needs the running JVM
+    parsed = _parse_datatype_string(ddl)
+    if not isinstance(parsed, StructType):
+        raise PipelineError(f"schema {ddl!r} is not a list of fields")
+    return parsed
 
 
 def _relations(df: DataFrame) -> list[Any]:

@@ -17,12 +17,18 @@ segments inside the base, which reopens their names: a slow writer whose view en
 there could create one again. So an admission counts only if no base covers its
 segment; otherwise the writer reloads and admits after the base (the stray segment lies
 inside the base, where loading never looks).
+
+One index may serve several threads: a driver keeps one per source for all the queries that
+read it, and their commits run at once on Spark's callback threads. Its view of the chain
+is therefore changed under a lock, and a load builds a new view before it replaces the old
+one, so no thread ever reads a view another thread is halfway through loading.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 
 from spark_app.faults import IN_INDEX_COMPACTION, crash_point
 from spark_app.storage import FileEntry, NotFound, Storage, join
@@ -50,18 +56,21 @@ class FileIndex:
         self._known: set[str] = set()
         self._segments = 0
         self._loaded = False
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
-        self._ensure_loaded()
-        return len(self._files)
+        with self._lock:
+            self._ensure_loaded()
+            return len(self._files)
 
     def files(self, start: int, end: int) -> list[FileEntry]:
-        self._ensure_loaded()
-        if end > len(self._files):
-            self.reload()
-        if end > len(self._files):
-            raise IndexCorrupted(f"{self._prefix}: offset {end} is past the {len(self._files)} files indexed")
-        return self._files[start:end]
+        with self._lock:
+            self._ensure_loaded()
+            if end > len(self._files):
+                self.reload()
+            if end > len(self._files):
+                raise IndexCorrupted(f"{self._prefix}: offset {end} is past the {len(self._files)} files indexed")
+            return self._files[start:end]
 
     def bounded_end(self, start: int, end: int, max_files: int, max_bytes: int) -> int:
         """Where a batch that starts at file ``start`` ends, at most ``end``: within
@@ -81,6 +90,10 @@ class FileIndex:
         New files are numbered by (mtime, path), so files that arrive together are read
         in the order they were written.
         """
+        with self._lock:
+            return self._admit(listing)
+
+    def _admit(self, listing: list[FileEntry]) -> int:
         self._ensure_loaded()
         while True:
             new = sorted((f for f in listing if f.path not in self._known), key=lambda f: (f.mtime_ms, f.path))
@@ -98,26 +111,29 @@ class FileIndex:
             self.reload()  # another writer admitted files first: take theirs, then retry
 
     def reload(self) -> None:
-        for _ in range(_RELOAD_ATTEMPTS):
-            try:
-                self._load()
-                return
-            except _Vanished:
-                continue  # a concurrent compaction replaced what was listed: list again
+        with self._lock:
+            for _ in range(_RELOAD_ATTEMPTS):
+                try:
+                    self._load()
+                    return
+                except _Vanished:
+                    continue  # a concurrent compaction replaced what was listed: list again
         raise IndexCorrupted(f"{self._prefix}: segments kept vanishing while loading the file index")
 
     def _load(self) -> None:
-        self._files, self._known, self._segments = [], set(), 0
+        files: list[FileEntry] = []
+        segment_count = 0
         keys = self._storage.list(self._prefix)
         bases = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and m.group(1))
         segments = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and not m.group(1))
         if bases:
-            self._apply(bases[-1][1], expected_start=0)
+            files += self._read_segment(bases[-1][1], expected_start=0)
         for start, key in segments:
-            if start < len(self._files):
+            if start < len(files):
                 continue  # already inside the base
-            self._apply(key, expected_start=len(self._files))
-            self._segments += 1
+            files += self._read_segment(key, expected_start=len(files))
+            segment_count += 1
+        self._files, self._known, self._segments = files, {f.path for f in files}, segment_count
         self._loaded = True
 
     def _covering_base(self, start: int) -> str | None:
@@ -129,7 +145,7 @@ class FileIndex:
                 return key
         return None
 
-    def _apply(self, key: str, expected_start: int) -> None:
+    def _read_segment(self, key: str, expected_start: int) -> list[FileEntry]:
         try:
             data = self._storage.read(key)
         except NotFound:
@@ -145,7 +161,7 @@ class FileIndex:
             ) from None
         if start != expected_start:
             raise IndexCorrupted(f"{key} starts at file {start}, expected {expected_start}")
-        self._extend(files)
+        return files
 
     def _extend(self, entries: list[FileEntry]) -> None:
         self._files.extend(entries)

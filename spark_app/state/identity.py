@@ -113,13 +113,23 @@ def compare(stored: Manifest, new: Manifest, committed: set[str]) -> list[Change
 def _source_changes(old: SourceIdentity, new: SourceIdentity) -> list[Change]:
     changes = []
     if old.path != new.path:
-        changes.append(Change(True, f"source {old.persistent_id!r} now reads {new.path} (was {old.path}); "
-                                    "files already read there under the same relative names are not read again"))
-    if old.format != new.format:
+        kept = ("partitions it has offsets for carry on from them, new ones are read from their start"
+                if _is_kafka(new.format) else
+                "files already read there under the same relative names are not read again")
+        changes.append(Change(True, f"source {old.persistent_id!r} now reads {new.path} (was {old.path}); {kept}"))
+    if _is_kafka(old.format) != _is_kafka(new.format):
+        # Spark's checkpoint holds a file source's offsets or a Kafka source's at this place.
+        changes.append(Change(False, f"source {old.persistent_id!r} now reads {new.format} (was {old.format}): "
+                                     "a file source and a Kafka source cannot take over each other's offsets"))
+    elif old.format != new.format:
         changes.append(Change(True, f"source {old.persistent_id!r} now reads {new.format} (was {old.format})"))
     if old.schema != new.schema:
         changes.append(Change(True, f"source {old.persistent_id!r} schema is now {new.schema} (was {old.schema})"))
     return changes
+
+
+def _is_kafka(source_format: str) -> bool:
+    return source_format.split("/")[0] == "kafka"
 
 
 def _query_changes(old: QueryIdentity, new: QueryIdentity) -> list[Change]:

@@ -16,7 +16,6 @@ delete-records, as a Kafka client in production has them.
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import socket
@@ -34,7 +33,7 @@ import pytest
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from localcluster.kafka import DEFAULT_JARS, NodeSettings
+from localcluster.kafka import DEFAULT_JARS, NodeSettings, new_cluster_id
 
 START_SECONDS = 90.0
 STOP_SECONDS = 20.0
@@ -67,6 +66,12 @@ class KafkaBroker:
     """host:port of the PLAINTEXT listener."""
     pid: int
     log_path: Path
+    sasl_bootstrap_servers: str | None = None
+    """host:port of the SASL_PLAINTEXT listener (mechanism PLAIN), if the broker has one."""
+    sasl_ssl_bootstrap_servers: str | None = None
+    """host:port of the SASL_SSL listener (PLAIN over TLS), if the broker has one."""
+    ca_file: Path | None = None
+    """The PEM certificate of the CA that signed the SASL_SSL listener's (for 127.0.0.1)."""
 
     # ---- topics ------------------------------------------------------------------------
 
@@ -229,15 +234,26 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def start_broker(folder: Path, jars: Path = DEFAULT_JARS) -> tuple[subprocess.Popen[bytes], KafkaBroker]:
+def start_broker(folder: Path, jars: Path = DEFAULT_JARS, sasl_users: Mapping[str, str] | None = None,
+                 tls: bool = False) -> tuple[subprocess.Popen[bytes], KafkaBroker]:
     """Starts a broker whose data, configuration and log live in `folder`; returns once it
-    answers a metadata request, or raises BrokerDidNotStart with its log's tail."""
-    port, controller_port = free_ports(2)
+    answers a metadata request, or raises BrokerDidNotStart with its log's tail. With
+    `sasl_users` (name -> password) it also listens for SASL_PLAINTEXT clients (PLAIN), and
+    with `tls` for SASL_SSL ones too, with a certificate of a CA made for it (`ca_file`)."""
+    folder.mkdir(parents=True, exist_ok=True)  # a test's tmp_path exists; the benchmark's subfolder not yet
+    port, controller_port, sasl_port, sasl_ssl_port = free_ports(4)
     node = NodeSettings(log_dir=str(folder / "data"), port=port, controller_port=controller_port)
     env = {key: os.environ[key] for key in ("PATH", "JAVA_HOME", "LANG") if key in os.environ}
     env |= node.image_env()
+    ca_file: Path | None = None
+    if sasl_users:
+        env |= _sasl_listener_env(env, "SASL_PLAINTEXT", sasl_port, sasl_users)
+        if tls:
+            ca_file, keystore = _certificates(folder / "tls")
+            env |= _sasl_listener_env(env, "SASL_SSL", sasl_ssl_port, sasl_users)
+            env |= {"KAFKA_SSL_KEYSTORE_TYPE": "PEM", "KAFKA_SSL_KEYSTORE_LOCATION": str(keystore)}
     env |= {
-        "CLUSTER_ID": _cluster_id(),
+        "CLUSTER_ID": new_cluster_id(),
         # Small: a test broker holds little, and it shares the machine with Spark drivers.
         "KAFKA_HEAP_OPTS": "-Xmx512M -Xms128M",
     }
@@ -248,7 +264,9 @@ def start_broker(folder: Path, jars: Path = DEFAULT_JARS) -> tuple[subprocess.Po
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             cwd=folder, start_new_session=True,
         )  # fmt: skip
-    broker = KafkaBroker(f"127.0.0.1:{port}", process.pid, log_path)
+    broker = KafkaBroker(f"127.0.0.1:{port}", process.pid, log_path,
+                         f"127.0.0.1:{sasl_port}" if sasl_users else None,
+                         f"127.0.0.1:{sasl_ssl_port}" if ca_file else None, ca_file)
     try:
         _wait_until_ready(process, broker)
     except BaseException:
@@ -257,9 +275,40 @@ def start_broker(folder: Path, jars: Path = DEFAULT_JARS) -> tuple[subprocess.Po
     return process, broker
 
 
-def _cluster_id() -> str:
-    """A fresh cluster id in Kafka's form: a UUID's 16 bytes, URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def _sasl_listener_env(env: Mapping[str, str], protocol: str, port: int, users: Mapping[str, str]
+                       ) -> dict[str, str]:
+    """The image's variables for one more listener, named as its ``protocol`` (SASL_PLAINTEXT
+    or SASL_SSL), with PLAIN and these users."""
+    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "KAFKA_LISTENERS": env["KAFKA_LISTENERS"] + f",{protocol}://127.0.0.1:{port}",
+        "KAFKA_ADVERTISED_LISTENERS": env["KAFKA_ADVERTISED_LISTENERS"] + f",{protocol}://127.0.0.1:{port}",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] + f",{protocol}:{protocol}",
+        "KAFKA_SASL_ENABLED_MECHANISMS": "PLAIN",
+        # listener.name.<protocol>.plain.sasl.jaas.config (the image's rule: "__" is "_")
+        f"KAFKA_LISTENER_NAME_{protocol.replace('_', '__')}_PLAIN_SASL_JAAS_CONFIG":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};",
+    }
+
+
+def _certificates(folder: Path) -> tuple[Path, Path]:
+    """A CA and a certificate it signs for 127.0.0.1, made with openssl: (the CA's PEM, the
+    broker's PEM key store: its unencrypted PKCS#8 key, then its certificate chain)."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+            "-subj", "/CN=spark-app test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr",
+            "-subj", "/CN=127.0.0.1")
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "broker.crt", "-days", "2", "-extfile", "san.ext")
+    keystore = folder / "broker.pem"
+    keystore.write_text("".join((folder / name).read_text() for name in ("broker.key", "broker.crt", "ca.crt")))
+    return folder / "ca.crt", keystore
 
 
 def _wait_until_ready(process: subprocess.Popen[bytes], broker: KafkaBroker) -> None:

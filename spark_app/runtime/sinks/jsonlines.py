@@ -23,32 +23,23 @@ large batch is never held whole in the driver's memory.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime as dt
-import decimal
 import fcntl
-import functools
-import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_app.faults import AFTER_PUBLISH, crash_point
 from spark_app.runtime.sinks.base import Batch, Output, OutputContext, OutputDamaged
+from spark_app.runtime.sinks.changelog import chunks, keyed_changes
 from spark_app.runtime.sinks.keyed_state import OutputState
 from spark_app.state.records import OutputHead, OutputSnapshot, StagedBatch
 from spark_app.storage import NotFound, Storage, join
 
 log = logging.getLogger("spark_app")
-
-_CHUNK = "chunk"
-
 
 class JsonLinesOutput(Output):
     """A changelog of the query's result in one JSON-lines file: each row's columns plus
@@ -131,33 +122,20 @@ class JsonLinesOutput(Output):
             try:
                 for sign in (-1, 1):
                     part = rows.where(F.col("diff") < 0) if sign < 0 else rows.where(F.col("diff") > 0)
-                    yield from _chunks(part, batch.time_ms, "changelog")
+                    yield from chunks(part, batch.time_ms, "changelog")
             finally:
                 rows.unpersist()
         elif self._state is not None:
             self._state.begin()
-            for chunk, _ in _chunks(batch.df, batch.time_ms, "keyed", self.key):
+            for chunk, _ in chunks(batch.df, batch.time_ms, "keyed", self.key):
                 yield self._changes(chunk, batch.time_ms)
         else:
-            yield from _chunks(batch.df, batch.time_ms, "append")
+            yield from chunks(batch.df, batch.time_ms, "append")
 
     def _changes(self, chunk: bytes, time_ms: int) -> tuple[bytes, int]:
-        """The changelog lines of a chunk of keyed rows (``key<TAB>row`` lines), against the
-        rows last emitted; updates the state within the batch's transaction."""
+        """The changelog lines of a chunk of keyed rows, against the rows last emitted."""
         assert self._state is not None
-        keyed = dict(line.split("\t", 1) for line in chunk.decode().splitlines())  # the last update of a key wins
-        old = self._state.lookup(keyed)
-        lines: list[str] = []
-        updates = []
-        for key, encoded in keyed.items():
-            previous = old.get(key)
-            if previous == encoded:
-                continue
-            if previous is not None:
-                lines.append(_line(previous, time_ms, -1))
-            lines.append(_line(encoded, time_ms, 1))
-            updates.append((key, encoded))
-        self._state.upsert(updates)
+        lines = [line for _, line in keyed_changes(self._state, chunk, time_ms)]
         return "".join(lines).encode(), len(lines)
 
     def committed(self, head: OutputHead) -> None:
@@ -252,34 +230,6 @@ class JsonLinesOutput(Output):
             self._state.close()
 
 
-def _chunks(df: DataFrame, time_ms: int, mode: str, key: Sequence[str] | None = None,
-            ) -> Iterator[tuple[bytes, int]]:
-    """``df`` encoded in Spark's tasks (``_encode``), fetched a partition at a time (the
-    next one while this one is written), as (bytes, lines) chunks in the rows' order."""
-    encode = functools.partial(_encode, time_ms=time_ms, mode=mode, key=tuple(key or ()))
-    for row in df.mapInArrow(encode, f"{_CHUNK} binary, lines int").toLocalIterator(prefetchPartitions=True):
-        yield bytes(row[_CHUNK]), int(row["lines"])
-
-
-def _encode(batches: Iterable[pa.RecordBatch], *, time_ms: int, mode: str, key: tuple[str, ...],
-            ) -> Iterator[pa.RecordBatch]:
-    """Runs in Spark's Python workers. ``append``: changelog lines with diff +1;
-    ``changelog``: lines with the rows' own diff; ``keyed``: ``key<TAB>row`` lines, which
-    the driver turns into changes against the rows it emitted last."""
-    for batch in batches:
-        rows = [_jsonable(row) for row in batch.to_pylist()]
-        if mode == "keyed":
-            text = "".join(json.dumps([row.get(c) for c in key], default=str, separators=(",", ":")) + "\t"
-                           + _canonical(row) + "\n" for row in rows)
-        elif mode == "changelog":
-            text = "".join(_line(_canonical({k: v for k, v in row.items() if k != "diff"}), time_ms, int(row["diff"]))
-                           for row in rows)
-        else:
-            text = "".join(_line(_canonical(row), time_ms, 1) for row in rows)
-        yield pa.RecordBatch.from_arrays([pa.array([text.encode()], pa.binary()), pa.array([len(rows)], pa.int32())],
-                                         names=[_CHUNK, "lines"])
-
-
 def _consolidated(df: DataFrame) -> DataFrame:
     """One line per distinct row and its net diff, none for a row that comes and goes
     within the batch: a batch that spans several versions of a table may update a key
@@ -288,13 +238,6 @@ def _consolidated(df: DataFrame) -> DataFrame:
     columns = [c for c in df.columns if c != "diff"]
     return (df.groupBy(*columns).agg(F.sum("diff").cast("int").alias("diff")).where(F.col("diff") != 0)
             .select(*df.columns))
-
-
-def _line(encoded_row: str, time_ms: int, diff: int) -> str:
-    """A changelog line: the row's JSON object with ``time`` and ``diff`` added last."""
-    if encoded_row == "{}":
-        return json.dumps({"time": time_ms, "diff": diff}, separators=(",", ":")) + "\n"
-    return f'{encoded_row[:-1]},"time":{time_ms},"diff":{diff}}}\n'
 
 
 def _lines(path: str, start: int, end: int) -> Iterator[bytes]:
@@ -308,27 +251,3 @@ def _lines(path: str, start: int, end: int) -> Iterator[bytes]:
             yield line
 
 
-def _canonical(row: dict[str, Any]) -> str:
-    # Column order is fixed by the query's schema, so it is kept: retractions then read
-    # like the rows they retract.
-    return json.dumps(row, separators=(",", ":"), default=str)
-
-
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: _json_value(v) for k, v in row.items()}
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, dict):
-        return {k: _json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_value(v) for v in value]
-    return value

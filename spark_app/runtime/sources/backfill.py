@@ -188,9 +188,13 @@ class TokenBucket:
     def set_rate(self, rows_per_second: float | None) -> None:
         self._refill()
         self._rate = rows_per_second
+        if rows_per_second == 0:
+            self._tokens = 0.0  # a pause holds at once: what was saved before it is not spent after
 
     def available(self) -> int:
         self._refill()
+        if self._rate == 0:
+            return 0
         return self._capacity if self._rate is None else int(self._tokens)
 
     def take(self, rows: int) -> None:

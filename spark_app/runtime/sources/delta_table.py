@@ -25,6 +25,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -48,8 +49,8 @@ from spark_app.runtime.sources.backfill import (
     progress,
 )
 from spark_app.runtime.sources.base import Offset
-from spark_app.runtime.sources.files import SourceOrderChanged, read_context
-from spark_app.storage import NotFound, Storage, join
+from spark_app.runtime.sources.reader import CountingReader
+from spark_app.storage import NotFound, RetryPolicy, Storage, join
 
 log = logging.getLogger("spark_app")
 
@@ -186,11 +187,12 @@ def changelog_schema(table_schema: StructType) -> StructType:
 class DeltaTableView:
     """``backfill.TableView`` over a Delta table, with Arrow tables as rows."""
 
-    def __init__(self, spark: SparkSession, table: DeltaTableRef, schema: StructType) -> None:
+    def __init__(self, spark: SparkSession, table: DeltaTableRef, schema: StructType,
+                 retry: RetryPolicy | None = None) -> None:
         self._spark = spark
         self._table = table
         self._uri = table.uri
-        self._storage = table.location.storage()
+        self._storage = table.location.storage(retry or RetryPolicy())
         self._columns = [f.name for f in schema.fields]
         types = {f.name: f.dataType for f in schema.fields}
         self._key_types = [(k, types[k]) for k in table.key]
@@ -328,8 +330,9 @@ class Planner:
             self._thread.join(timeout)
 
     def progress(self) -> Progress | None:
+        """None until the first plan has measured the table: a start has no size or version yet."""
         frontier = self._frontier
-        if frontier is None:
+        if frontier is None or frontier.version is None:
             return None
         return progress(frontier, self._meter.rate(), self._bucket.rate == 0)
 
@@ -402,6 +405,7 @@ class PlanPartition(InputPartition):
     persistent_id: str
     number: int
     arrow_schema: pa.Schema
+    retry: RetryPolicy
 
 
 class PlanSource(DataSource):
@@ -413,57 +417,37 @@ class PlanSource(DataSource):
         return PlanStreamReader(self.options, schema)
 
 
-class PlanStreamReader(DataSourceStreamReader):
+class PlanStreamReader(CountingReader):
     """The plans of one source, in order; the offset is how many have been read."""
 
+    unit = "plans"
+    driver_only = ("_store",)
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        context = read_context(options["context"])
-        self._pid = options["persistent_id"]
-        self._state = Backend.from_json(context["snapshot"])
+        super().__init__(options)
         self._per_trigger = max(1, int(options.get("max_plans_per_trigger", "1")))
         self._arrow_schema = to_arrow_schema(schema)
-        self._position: int | None = None
-        self._store_cache: PlanStore | None = None
 
-    @property
+    @cached_property
     def _store(self) -> PlanStore:
-        if self._store_cache is None:
-            self._store_cache = PlanStore(self._state.storage(), self._pid)
-        return self._store_cache
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store_cache": None}
-
-    def initialOffset(self) -> dict[str, Any]:
-        self._position = 0
-        return {"source": self._pid, "plans": 0}
+        return PlanStore(self._snapshot.storage(self._retry), self._pid)
 
     def latestOffset(self) -> dict[str, Any]:
-        start = self._position or 0
-        return {"source": self._pid, "plans": min(self._store.newest(), start + self._per_trigger)}
+        return self.offset(min(self._store.newest(), self.planned + self._per_trigger))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        for offset in (start, end):
-            if offset.get("source") != self._pid:
-                raise SourceOrderChanged(
-                    f"source {self._pid!r} was given the offset of source {offset.get('source')!r}: the "
-                    "query's sources were reordered or replaced since its state was written"
-                )
-        self._position = int(end["plans"])
-        return [PlanPartition(self._state, self._pid, n, self._arrow_schema)
-                for n in range(int(start["plans"]) + 1, int(end["plans"]) + 1)]
+        first, last = self.plan_range(start, end)
+        return [PlanPartition(self._snapshot, self._pid, n, self._arrow_schema, self._retry)
+                for n in range(first + 1, last + 1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlanPartition)
         try:
-            table = PlanStore(partition.state.storage(), partition.persistent_id).read(partition.number)
+            table = PlanStore(partition.state.storage(partition.retry), partition.persistent_id).read(partition.number)
         except NotFound:
             raise BackfillError(f"plan {partition.number} of source {partition.persistent_id} is gone from the "
                                 "state; it is removed only once committed, so the state was changed by hand") from None
         yield from table.select(partition.arrow_schema.names).cast(partition.arrow_schema).to_batches()
-
-    def commit(self, end: dict[str, Any]) -> None:
-        pass
 
 
 class PlanTracker:
@@ -478,6 +462,9 @@ class PlanTracker:
             return False
         frontier = self._store.frontier()
         return frontier.finished and frontier.version == self._table.latest_version()
+
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        return {}  # the stored plans say what to read; a table rewound under them raises TableRewound
 
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         return {"plans": _plans(end)}

@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -33,10 +34,12 @@ from pyspark.sql.types import StructType
 
 from spark_app.persistence import Backend
 from spark_app.runtime.sources.base import Offset
+from spark_app.runtime.sources.dead_letters import count_dead_letters, write_dead_letters
 from spark_app.runtime.sources.inputs import InputLocation
 from spark_app.runtime.sources.parsing import CsvFormat, Parsed, parse_csv, parse_jsonlines
+from spark_app.runtime.sources.reader import CountingReader
 from spark_app.state.file_index import FileIndex
-from spark_app.storage import FileEntry, NotFound, Storage, join
+from spark_app.storage import FileEntry, NotFound, RetryPolicy, Storage
 
 FORMAT_NAME = "spark_app_files"
 BLOCK_BYTES = 16 << 20
@@ -63,10 +66,6 @@ class Limits:
         return cls(pick("max_files_per_trigger"), pick("max_bytes_per_trigger"))
 
 
-class SourceOrderChanged(Exception):
-    """Spark handed this source another source's offset: the query's sources were reordered."""
-
-
 @dataclass(frozen=True)
 class ReadPlan:
     """What a task needs to read its files; pickled into each partition."""
@@ -77,29 +76,14 @@ class ReadPlan:
     dead_letter: Backend
     csv: CsvFormat
     arrow_schema: pa.Schema
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How long unreachable storage is retried: the driver's outage budget."""
 
 
 @dataclass(frozen=True)
 class FilesPartition(InputPartition):
     plan: ReadPlan
     files: tuple[FileEntry, ...]
-
-
-def dead_letter_key(persistent_id: str, file_path: str) -> str:
-    return join(persistent_id, f"{file_path}.jsonl")
-
-
-def read_context(path: str) -> dict[str, Any]:
-    """The settings ``spark_app.run`` writes before it starts a query."""
-    try:
-        with open(path) as handle:
-            context: dict[str, Any] = json.load(handle)
-            return context
-    except FileNotFoundError:
-        raise RuntimeError(
-            "spark_app sources only run under spark_app.run(): start the pipeline with sa.run(...) "
-            "rather than starting Spark streaming queries by hand"
-        ) from None
 
 
 class FileSource(DataSource):
@@ -111,76 +95,54 @@ class FileSource(DataSource):
         return FileStreamReader(self.options, schema)
 
 
-class FileStreamReader(DataSourceStreamReader):
+class FileStreamReader(CountingReader):
+    unit = "files"
+    driver_only = ("_index",)
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         # Runs in a Python process of Spark's: its storage retries should be logged like the driver's.
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        context = read_context(options["context"])
-        self._pid = options["persistent_id"]
+        super().__init__(options)
         self._parallelism = max(1, int(options.get("parallelism", "2")))
-        self._snapshot = Backend.from_json(context["snapshot"])
-        self._index_cache: FileIndex | None = None
-        self._limits = Limits.from_options(options, context.get("limits", {}))
-        self._compact_after = int(context.get("limits", {}).get("index_compact_after") or 0)
-        self._position: int | None = None
-        """Where this query's next batch starts: the end of the last batch Spark planned."""
+        self._limits = Limits.from_options(options, self._context.get("limits", {}))
+        self._compact_after = int(self._context.get("limits", {}).get("index_compact_after") or 0)
         self._plan = ReadPlan(
             persistent_id=self._pid,
             format=options["format"],
-            input=InputLocation(Backend.from_json(json.loads(options["input"])), options.get("pattern", "*")),
-            dead_letter=Backend.from_json(context["dead_letter"]),
+            input=InputLocation(Backend.from_json(json.loads(options["input"])), options.get("pattern", "*"),
+                                self._retry),
+            dead_letter=Backend.from_json(self._context["dead_letter"]),
             csv=CsvFormat(
                 header=options.get("header", "true") == "true",
                 delimiter=options.get("delimiter", ","),
                 quote=options.get("quote", '"'),
             ),
             arrow_schema=to_arrow_schema(schema),
+            retry=self._retry,
         )
 
-    @property
+    @cached_property
     def _index(self) -> FileIndex:
-        if self._index_cache is None:
-            self._index_cache = FileIndex(self._snapshot.storage(), self._pid, self._compact_after)
-        return self._index_cache
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark pickles the reader to ship ``read`` to tasks, which need only the partition:
-        # the index (and its storage client) stays on the driver.
-        return {**self.__dict__, "_index_cache": None}
-
-    def initialOffset(self) -> dict[str, Any]:
-        self._position = 0
-        return {"source": self._pid, "files": 0}
+        return FileIndex(self._snapshot.storage(self._retry), self._pid, self._compact_after)
 
     def latestOffset(self) -> dict[str, Any]:
         admitted = self._index.admit(self._plan.input.list())
-        start = 0 if self._position is None else self._position
-        end = self._index.bounded_end(start, admitted, self._limits.max_files_per_trigger,
+        end = self._index.bounded_end(self.planned, admitted, self._limits.max_files_per_trigger,
                                       self._limits.max_bytes_per_trigger)
-        return {"source": self._pid, "files": end}
+        return self.offset(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        for offset in (start, end):
-            if offset.get("source") != self._pid:
-                raise SourceOrderChanged(
-                    f"source {self._pid!r} was given the offset of source {offset.get('source')!r}: the "
-                    "query's sources were reordered or replaced since its state was written"
-                )
-        self._position = int(end["files"])
-        files = self._index.files(int(start["files"]), int(end["files"]))
+        files = self._index.files(*self.plan_range(start, end))
         return [FilesPartition(self._plan, group) for group in _balance(files, self._parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilesPartition)
         return read_files(partition.plan, partition.files)
 
-    def commit(self, end: dict[str, Any]) -> None:
-        pass
-
 
 def read_files(plan: ReadPlan, files: Sequence[FileEntry]) -> Iterator[pa.RecordBatch]:
-    dead_letters = plan.dead_letter.storage()
+    dead_letters = plan.dead_letter.storage(plan.retry)
     for entry in files:
         set_aside: list[dict[str, Any]] = []
         for first_line, data in _blocks(plan, entry, set_aside):
@@ -188,9 +150,8 @@ def read_files(plan: ReadPlan, files: Sequence[FileEntry]) -> Iterator[pa.Record
             set_aside += [{"kind": "row", **r.to_json()} for r in parsed.rejected]
             yield from parsed.table.to_batches(max_chunksize=65_536)
         if set_aside:
-            lines = [json.dumps({"source": plan.persistent_id, "file": entry.path, **r}, sort_keys=True)
-                     for r in set_aside]
-            dead_letters.write(dead_letter_key(plan.persistent_id, entry.path), ("\n".join(lines) + "\n").encode())
+            write_dead_letters(dead_letters, plan.persistent_id, entry.path,
+                               [{"file": entry.path, **r} for r in set_aside])
 
 
 def _blocks(plan: ReadPlan, entry: FileEntry, set_aside: list[dict[str, Any]]) -> Iterator[tuple[int, bytes]]:
@@ -254,32 +215,6 @@ def _file_problem(error: str) -> dict[str, Any]:
     return {"kind": "file", "line": None, "raw": "", "error": error}
 
 
-@dataclass(frozen=True)
-class SetAside:
-    """What a batch's files left in the dead letters."""
-
-    rows: int = 0
-    """Malformed rows."""
-    files: int = 0
-    """Files that vanished or changed after they were admitted."""
-
-
-def count_dead_letters(dead_letter: Backend, persistent_id: str, files: Sequence[FileEntry]) -> SetAside:
-    """What ``files`` set aside, read back from the dead-letter objects."""
-    storage = dead_letter.storage()
-    existing = set(storage.list(persistent_id + "/"))
-    rows = problems = 0
-    for entry in files:
-        key = dead_letter_key(persistent_id, entry.path)
-        if key in existing:
-            for record in _records(storage, key):
-                if record.get("kind") == "file":
-                    problems += 1
-                else:
-                    rows += 1
-    return SetAside(rows, problems)
-
-
 class FileTracker:
     """A file source in a query's commits: files read, rows and files set aside."""
 
@@ -292,10 +227,13 @@ class FileTracker:
         self._index.reload()
         return _files(committed) >= len(self._index)
 
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        return {}  # what was admitted stays readable (a file that changed is counted as a file problem)
+
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         first, last = _files(start), _files(end)
         files = self._index.files(first, last) if last > first else []
-        set_aside = count_dead_letters(self._dead_letter, self._pid, files)
+        set_aside = count_dead_letters(self._dead_letter, self._pid, [f.path for f in files])
         return {
             "files": last,
             "malformed": previous.get("malformed", 0) + set_aside.rows,
@@ -308,12 +246,6 @@ class FileTracker:
 
 def _files(offset: Offset | None) -> int:
     return int(offset.get("files", 0)) if offset else 0
-
-
-def _records(storage: Storage, key: str) -> Iterator[dict[str, Any]]:
-    for line in storage.read(key).splitlines():
-        if line.strip():
-            yield json.loads(line)
 
 
 def _parse(plan: ReadPlan, data: bytes, first_line: int) -> Parsed:

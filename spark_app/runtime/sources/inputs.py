@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from spark_app.persistence import Backend
-from spark_app.storage import FileEntry, Storage
+from spark_app.storage import FileEntry, RetryPolicy, Storage
 
 # Writers should create files under a temporary name and rename them into place; names
 # like these are in-progress files by convention and are never read (nor folders named so).
@@ -23,6 +23,8 @@ class InputLocation:
 
     backend: Backend
     pattern: str = "*"
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How long an unreachable input is retried: the driver's outage budget."""
 
     def list(self) -> list[FileEntry]:
         return [e for e in self._storage.list_entries("")
@@ -34,7 +36,7 @@ class InputLocation:
 
     @cached_property
     def _storage(self) -> Storage:
-        return self.backend.storage()
+        return self.backend.storage(self.retry)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_storage"}

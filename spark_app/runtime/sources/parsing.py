@@ -210,7 +210,7 @@ def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Pars
         except _JSON_ERRORS as error:
             if len(part) == 1:
                 number, line = part[0]
-                rejected.append(Rejected(number, line.decode("utf-8", "replace"), _json_error(line, error)))
+                rejected.append(Rejected(number, line.decode("utf-8", "replace"), _json_error(line, error, schema)))
                 continue
         middle = len(part) // 2
         pending += [part[middle:], part[:middle]]  # the first half is read first: rows keep their order
@@ -232,14 +232,28 @@ def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def _json_error(line: bytes, error: Exception) -> str:
+def _json_error(line: bytes, error: Exception, schema: pa.Schema) -> str:
     try:
         value = json.loads(line)
     except json.JSONDecodeError as decode_error:
         return f"not valid JSON: {decode_error.msg} at column {decode_error.colno}"
     if not isinstance(value, dict):
         return f"expected a JSON object, found {type(value).__name__}"
+    for field in schema:
+        if field.name in value and not _fits(value[field.name], field.type):
+            found = value[field.name]
+            text = found if isinstance(found, str) else json.dumps(found)
+            return f"column {field.name!r}: cannot read {text[:200]!r} as {_type_name(field.type)}"
     return str(error).split("\n")[0].removeprefix("JSON parse error: ")
+
+
+def _fits(value: object, data_type: pa.DataType) -> bool:
+    """Whether one JSON value reads as ``data_type`` (Arrow's message names neither)."""
+    try:
+        _read_json(json.dumps({"v": value}).encode(), pa.schema([("v", data_type)]))
+    except _JSON_ERRORS:
+        return False
+    return True
 
 
 def _all_strings(data: bytes, schema: pa.Schema, fmt: CsvFormat) -> dict[str, pa.DataType]:
@@ -335,3 +349,85 @@ def _type_name(data_type: pa.DataType) -> str:
     if pa.types.is_decimal(data_type):
         return f"DECIMAL({data_type.precision},{data_type.scale})"
     return names.get(data_type, str(data_type).upper())
+
+
+# ---- Kafka messages: one record per message -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParsedMessages:
+    """The records of a run of messages: ``table`` holds those that conform, in order;
+    ``kept`` their indices among the messages; ``rejected`` every other index with the reason."""
+
+    table: pa.Table
+    kept: list[int]
+    rejected: dict[int, str]
+
+
+def parse_messages(values: list[bytes | None], schema: pa.Schema, value_format: str,
+                   csv_format: CsvFormat = CsvFormat(header=False)) -> ParsedMessages:
+    """One record of ``schema`` per message value: a JSON object (``json``) or one CSV
+    record without a header (``csv``). Like the file parsers, a function of the values
+    alone, so a replayed batch rejects the same messages with the same reasons."""
+    rejected: dict[int, str] = {}
+    candidates: list[int] = []
+    lines: list[bytes] = []
+    for index, value in enumerate(values):
+        problem, line = _message_line(value, value_format)
+        if problem is not None:
+            rejected[index] = problem
+        else:
+            candidates.append(index)
+            lines.append(line)
+    parse = _MESSAGE_PARSERS[value_format]
+    parsed = parse(b"\n".join(lines) + b"\n" if lines else b"", schema, csv_format)
+    numbered = all(r.line is not None and 1 <= r.line <= len(lines) for r in parsed.rejected)
+    if numbered and parsed.table.num_rows + len(parsed.rejected) == len(lines):
+        bad = {r.line - 1: r.error for r in parsed.rejected if r.line is not None}
+        rejected |= {candidates[i]: error for i, error in bad.items()}
+        kept = [index for i, index in enumerate(candidates) if i not in bad]
+        return ParsedMessages(parsed.table, kept, dict(sorted(rejected.items())))
+    # A message that read as several records (two JSON objects, say) put the whole run out
+    # of step: each message on its own then, where exactly one record is accepted.
+    tables, kept = [], []
+    for index, line in zip(candidates, lines, strict=True):
+        alone = parse(line + b"\n", schema, csv_format)
+        records = alone.table.num_rows + len(alone.rejected)
+        if alone.rejected:
+            rejected[index] = alone.rejected[0].error
+        elif records != 1:
+            rejected[index] = f"holds {records} records; a message must hold one"
+        else:
+            tables.append(alone.table)
+            kept.append(index)
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    return ParsedMessages(table, kept, dict(sorted(rejected.items())))
+
+
+def _message_line(value: bytes | None, value_format: str) -> tuple[str | None, bytes]:
+    """The message as one line for the parser, or why it cannot be a record."""
+    if value is None:
+        return "the message has no value (a tombstone)", b""
+    if not value.strip():
+        return "the message's value is empty", b""
+    if value_format == "json":
+        # Outside strings, JSON's line breaks are whitespace, and inside them they must be
+        # escaped: as spaces they change nothing, and each message is one line.
+        return None, value.replace(b"\r", b" ").replace(b"\n", b" ")
+    line = value.removesuffix(b"\n").removesuffix(b"\r")
+    if b"\n" in line or b"\r" in line:
+        return "a CSV message must hold one record on one line", b""
+    return None, line
+
+
+def _json_messages(data: bytes, schema: pa.Schema, _: CsvFormat) -> Parsed:
+    return parse_jsonlines(data, schema)
+
+
+def _csv_messages(data: bytes, schema: pa.Schema, csv_format: CsvFormat) -> Parsed:
+    return parse_csv(data, schema, CsvFormat(header=False, delimiter=csv_format.delimiter, quote=csv_format.quote))
+
+
+_MESSAGE_PARSERS: dict[str, Callable[[bytes, pa.Schema, CsvFormat], Parsed]] = {
+    "json": _json_messages, "csv": _csv_messages,
+}

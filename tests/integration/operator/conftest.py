@@ -8,6 +8,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -35,14 +36,7 @@ def cluster(local_cluster: ClusterInfo) -> ClusterInfo:
     extensions = client.ApiextensionsV1Api(config.new_client_from_config(config_file=str(local_cluster.kubeconfig)))
     for path in sorted(CRDS.glob("*.yaml")):
         for crd in yaml.safe_load_all(path.read_text()):
-            try:
-                current = extensions.read_custom_resource_definition(crd["metadata"]["name"])
-                crd["metadata"]["resourceVersion"] = current.metadata.resource_version
-                extensions.replace_custom_resource_definition(crd["metadata"]["name"], crd)
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
-                extensions.create_custom_resource_definition(crd)
+            _install(extensions, crd)
 
     def established() -> bool:
         crd = extensions.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
@@ -50,6 +44,30 @@ def cluster(local_cluster: ClusterInfo) -> ClusterInfo:
 
     wait_for("the PersistentPipeline CRD to be established", established)
     return local_cluster
+
+
+def _install(extensions: client.ApiextensionsV1Api, crd: dict[str, Any]) -> None:
+    """Creates or replaces ``crd``; parallel workers install the same one, so a conflict
+    (another worker's write in between) or a create that lost the race is tried again."""
+    for _ in range(5):
+        try:
+            current = extensions.read_custom_resource_definition(crd["metadata"]["name"])
+            crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+            extensions.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+            return
+        except client.ApiException as error:
+            if error.status == 409:
+                continue
+            if error.status != 404:
+                raise
+        try:
+            crd["metadata"].pop("resourceVersion", None)
+            extensions.create_custom_resource_definition(crd)
+            return
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+    raise RuntimeError(f"could not install the CRD {crd['metadata']['name']}: it kept changing under this worker")
 
 
 @pytest.fixture(scope="session")

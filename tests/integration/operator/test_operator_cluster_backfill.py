@@ -6,7 +6,7 @@ Events mark each turn, and the output, folded, is the table."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ def table(ns: Namespace, tmp_path: Path) -> Iterator[Path]:
     path = ns.folder("data") / "accounts"
     writer = Writer(UNUSED_ENDPOINT, {"spark.sql.shuffle.partitions": "1"}, tmp_path / "writer.log")
     try:
+        assert writer.answer(240) == "ready"
         writer.call(f"create {path} {ROWS}", timeout=240)
     finally:
         writer.stop()
@@ -46,6 +47,20 @@ def backfill(ns: Namespace) -> dict[str, Any]:
     return dict((ns.status("reader").get("backfills") or {}).get("accounts") or {})
 
 
+def settled(read: Callable[[], int], quiet_s: float, timeout: float) -> int:
+    """The value ``read`` gives once it has not changed for ``quiet_s``."""
+    deadline = time.monotonic() + timeout
+    value, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return value
+    raise TimeoutError(f"the value kept changing for {timeout:.0f}s (last: {value})")
+
+
 def folded(changelog: Path) -> dict[int, tuple[int, int]]:
     return {k[0]: (row["n"], row["value"]) for k, row in fold(read_changelog(changelog), ("id",)).items()}
 
@@ -56,7 +71,8 @@ def test_the_backfill_rate_follows_the_resource_without_a_restart(ns: Namespace,
     eventually("a paused backfill in the status", lambda: backfill(ns).get("paused"), timeout=240)
     time.sleep(3)
     assert backfill(ns)["rowsRead"] == 0 and backfill(ns)["rowsTotal"] == ROWS
-    assert "BackfillStarted" in ns.event_reasons("reader")
+    started = [message for _, reason, message in ns.events("reader") if reason == "BackfillStarted"]
+    assert started and f"{ROWS} rows in the table at version" in started[0] and "None" not in started[0], started
 
     ns.patch("reader", {"inputs": [{"persistentId": "accounts", "backfill": {"rowsPerSecond": 100}}]})
     eventually("the backfill resumed", lambda: "BackfillResumed" in ns.event_reasons("reader"), timeout=60)
@@ -64,9 +80,11 @@ def test_the_backfill_rate_follows_the_resource_without_a_restart(ns: Namespace,
 
     ns.patch("reader", {"inputs": [{"persistentId": "accounts", "backfill": {"rowsPerSecond": 0}}]})
     eventually("paused again", lambda: backfill(ns).get("paused"), timeout=60)
-    time.sleep(6)  # the status follows a report at least every 5 s
-    held = backfill(ns)["rowsRead"]
-    assert 0 < held < ROWS
+    # A chunk being read when the pause arrives is finished, and the status follows the
+    # driver's reports every few seconds: the count settles, then stays (at 100 rows/s an
+    # unpaused backfill would never hold still for 8 s before reading all 3,000 rows).
+    held = settled(lambda: backfill(ns)["rowsRead"], quiet_s=8, timeout=90)
+    assert 0 < held < ROWS, "a paused backfill read on"
     time.sleep(6)
     assert backfill(ns)["rowsRead"] == held, "a paused backfill read on"
     wide = ns.kubectl("get", "persistentpipeline", "reader", "-o", "wide")
@@ -74,7 +92,7 @@ def test_the_backfill_rate_follows_the_resource_without_a_restart(ns: Namespace,
 
     ns.patch("reader", {"inputs": [{"persistentId": "accounts", "backfill": {"rowsPerSecond": None}}]})
     eventually("finished", lambda: backfill(ns).get("finished"), timeout=120)
-    assert ns.status("reader")["backfill"] == "done"
+    assert ns.status("reader")["backfill"] == "done" and backfill(ns)["rowsTotal"] == ROWS
     reasons = ns.event_reasons("reader")
     assert reasons.count("BackfillPaused") == 1 and "BackfillFinished" in reasons
     assert reasons.count("LiveSettingsChanged") == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,7 +78,9 @@ class Driver:
         the driver's Python, its JVM, Spark's Python workers. Proportional (PSS): a page
         that forked workers share counts once in their sum, not once per process. A JVM's
         child that has not yet exec'd (the JDK spawns commands with vfork, so the child
-        shares the JVM's very address space and reports all of it) is not counted."""
+        shares the JVM's very address space and reports all of it) is not counted: it
+        has its parent's command line, and the name of the thread that forked it (so its
+        name does not say java)."""
         assert self.process is not None
         group: dict[str, tuple[str, str, str]] = {}
         for entry in os.listdir("/proc"):
@@ -95,7 +98,7 @@ class Driver:
                 group[entry] = (head, fields[1], command)  # field 4: the parent
         found = {}
         for entry, (head, parent, command) in group.items():
-            if "java" in head and parent in group and "java" in group[parent][0]:
+            if parent in group and "java" in group[parent][0] and command == group[parent][2]:
                 continue  # a vforked child of the JVM, about to exec a command
             words = command.split(" -m ")[-1].split() or ["(exiting)"]
             kind = "jvm" if "java" in head else ("driver" if int(entry) == self.process.pid else words[0][:40])
@@ -112,10 +115,11 @@ class Driver:
         path = Path(str(self.log_path) + ".end")
         return path.read_text() if path.exists() else ""
 
-    def wait_for_log(self, text: str, timeout: float = 180) -> None:
+    def wait_for_log(self, text: str, timeout: float = 180, pattern: bool = False) -> None:
+        """Until the driver logs ``text`` (a regular expression with ``pattern``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in self.output():
+            if (re.search(text, self.output(), re.MULTILINE) if pattern else text in self.output()):
                 return
             if self.process is not None and self.process.poll() is not None:
                 raise AssertionError(
@@ -142,6 +146,14 @@ def write_csv(folder: Path, name: str, header: str, rows: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     temp = folder / f".{name}.tmp"
     temp.write_text(header + "\n" + "".join(r + "\n" for r in rows))
+    temp.rename(folder / name)
+
+
+def write_jsonlines(folder: Path, name: str, lines: list[str]) -> None:
+    """Writes a JSON-lines file aside, then renames it into place (atomic arrival)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = folder / f".{name}.tmp"
+    temp.write_text("".join(line + "\n" for line in lines))
     temp.rename(folder / name)
 
 
@@ -216,6 +228,18 @@ class Workspace:
         ]
         if self.endpoint_url:
             args += ["--endpoint-url", self.endpoint_url]
+        runs = len(list(self.root.glob("driver-*.log")))
+        driver = Driver(args, self.root / f"driver-{runs}.log", env or {})
+        self.started.append(driver)
+        return driver
+
+    def kafka_driver(self, bootstrap_servers: str | None, topic: str, *extra: str,
+                     env: dict[str, str] | None = None, pipeline: str = "kafka_words.py") -> Driver:
+        """A driver of a pipeline that reads ``topic`` (pipelines/kafka_words.py by default),
+        from ``bootstrap_servers`` or else the connection ``env`` gives (SPARK_APP_KAFKA_*)."""
+        servers = ["--bootstrap-servers", bootstrap_servers] if bootstrap_servers else []
+        args = [str(PIPELINES / pipeline), *servers, "--topic", topic,
+                "--out-dir", str(self.out), "--state", self.state, *extra]
         runs = len(list(self.root.glob("driver-*.log")))
         driver = Driver(args, self.root / f"driver-{runs}.log", env or {})
         self.started.append(driver)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 import pytest
 
 from spark_app import contract
@@ -40,6 +44,31 @@ def test_a_higher_epoch_takes_over_and_the_lower_one_stops_without_committing(fs
     stale = fs_workspace.driver(env={"SPARK_APP_EPOCH": "2"}).start()
     assert stale.wait() == contract.EXIT_FENCED
     assert stale.termination_message().startswith(f"{contract.STALE_EPOCH_PREFIX}2")
+
+
+def test_the_lease_is_renewed_while_the_driver_starts(fs_workspace: Workspace) -> None:
+    """A start can outlast the lease (a JVM on a busy node, a large first batch): if the
+    lease is renewed only once the pipeline runs, a driver still starting looks dead to
+    the next one, which takes over the state."""
+    write_csv(fs_workspace.inputs, "part-0.csv", "word,n", rows(0))
+    driver = fs_workspace.driver().start()
+    lease = Path(fs_workspace.state) / "lease.json"
+    renewals: set[int] = set()
+    while "pipeline running at epoch" not in driver.output():
+        assert driver.process is not None and driver.process.poll() is None, driver.output()[-3000:]
+        try:
+            renewals.add(int(json.loads(lease.read_text())["renewed_ms"]))
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet, or being replaced
+        time.sleep(0.1)
+    starting_s = (max(renewals) - min(renewals)) / 1000 if renewals else 0.0
+    driver.terminate()
+    assert driver.wait() == 0
+    first_commit = driver.output().index("committed batch")
+    assert first_commit < driver.output().index("pipeline running at epoch")
+    # From the lease's first write to the running pipeline took several renewal intervals (5 s).
+    assert len(renewals) >= 2, f"the lease was written once and not renewed while the driver started ({renewals})"
+    assert starting_s > 0
 
 
 def test_a_local_driver_killed_with_sigkill_is_replaced_at_once(fs_workspace: Workspace) -> None:

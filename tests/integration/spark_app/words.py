@@ -11,6 +11,11 @@ def rows(file_number: int) -> list[str]:
     return [f"w{(file_number * 7 + i) % 5},{file_number * 10 + i}" for i in range(6)]
 
 
+def messages(file_number: int) -> list[bytes]:
+    """The rows of ``rows(file_number)`` as Kafka message values (JSON objects)."""
+    return [json.dumps({"word": word, "n": int(n)}).encode() for word, n in (r.split(",") for r in rows(file_number))]
+
+
 def expected_counts(files: range) -> dict[tuple[str], dict[str, object]]:
     table: dict[tuple[str], dict[str, object]] = {}
     for row in (r for f in files for r in rows(f)):

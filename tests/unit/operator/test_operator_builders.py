@@ -17,7 +17,8 @@ from spark_app.persistence import Backend, Config
 
 OWNER = {"apiVersion": "sparkapp.dev/v1alpha1", "kind": "PersistentPipeline", "name": NAME, "uid": "uid-ppl",
          "controller": True, "blockOwnerDeletion": True}
-SECRETS = {("s3-creds", "AWS_ACCESS_KEY_ID"): "AKIAEXAMPLE", ("s3-creds", "AWS_SECRET_ACCESS_KEY"): "hunter2"}
+SECRETS = {("s3-creds", "AWS_ACCESS_KEY_ID"): "AKIAEXAMPLE", ("s3-creds", "AWS_SECRET_ACCESS_KEY"): "hunter2",
+           ("kafka-user", "username"): "kafka-login", ("kafka-user", "password"): "kafka-hunter2"}
 SERVICE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 
 
@@ -44,6 +45,26 @@ def driver_pod(s: PipelineSpec, epoch: int = 3, root: str | None = None) -> dict
 
 
 # ---- the contract, both sides ---------------------------------------------------------------
+
+
+def test_a_kafka_driver_reads_the_connection_the_operator_meant_with_credentials_only_from_the_secret() -> None:
+    s = spec(kafka={"bootstrapServers": "kafka:9093", "securityProtocol": "SASL_SSL",
+                    "sasl": {"mechanism": "SCRAM-SHA-256", "credentialsSecret": {"name": "kafka-user"}},
+                    "tls": {"caSecret": {"name": "kafka-ca", "key": "bundle.pem"}}})
+    pod = driver_pod(s)
+    connection = contract.DriverEnvironment.from_env(container_env(pod)).kafka
+    assert connection == contract.KafkaConnection("kafka:9093", "SASL_SSL", "SCRAM-SHA-256", "kafka-login",
+                                                  "kafka-hunter2", "/etc/spark-app/kafka-ca/ca.crt")
+    assert "kafka-hunter2" not in json.dumps(pod) and "kafka-login" not in json.dumps(pod)
+    assert {"name": "kafka-ca", "secret": {"secretName": "kafka-ca", "items": [{"key": "bundle.pem", "path": "ca.crt"}]}} \
+        in pod["spec"]["volumes"]
+    assert {"name": "kafka-ca", "mountPath": "/etc/spark-app/kafka-ca", "readOnly": True} \
+        in pod["spec"]["containers"][0]["volumeMounts"]
+    assert "kafka-hunter2" not in repr(connection)
+
+
+def test_without_spec_kafka_a_driver_gets_no_kafka_connection() -> None:
+    assert contract.DriverEnvironment.from_env(container_env(driver_pod(spec()))).kafka is None
 
 
 def test_a_filesystem_driver_reads_the_config_the_operator_meant() -> None:

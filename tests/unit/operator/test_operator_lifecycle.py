@@ -16,7 +16,7 @@ from pipeline_operator.lifecycle import (
     Stop,
     next_action,
 )
-from pipeline_operator.memory import MAX_MESSAGE_CHARS, Checkpoint, Failure, Halt, Memory
+from pipeline_operator.memory import MAX_LAG_PARTITIONS, MAX_MESSAGE_CHARS, Checkpoint, Failure, Halt, Memory
 from pipeline_operator.observe import BackfillReport, QueryReport
 from ppl_factories import NOW, TUNABLES, driver, ended, launched, observed, report, root_of, spec
 
@@ -133,6 +133,24 @@ def test_the_checkpoint_in_memory_is_bounded() -> None:
     assert checkpoint is not None and len(checkpoint.queries) == 10
     assert all(len(q.offsets) == 20 for q in checkpoint.queries.values())
     assert all(set(q.iterate) == {"truncated"} for q in checkpoint.queries.values())
+
+
+def test_the_kafka_lag_a_driver_reports_reaches_the_checkpoint_bounded() -> None:
+    """The LAG column, status.checkpoint.queries[].lag and the lag metric all read the
+    checkpoint in memory: bounding the report once dropped the lag, so none ever showed it
+    (seen in make demo). A topic of many partitions keeps its most-lagging ones."""
+    lag = {"clicks": {"raw": {"0": 5, "1": 0}}}
+    committed = QueryReport(batch=3, commit_time_ms=int(NOW * 1000), lag=lag)
+    d = decide(S, launched(S, driver_uid="pod-1", announced_epoch=1), driver=driver(S, report=report(q=committed)))
+    assert d.memory.checkpoint is not None and d.memory.checkpoint.queries["q"].lag == lag
+    assert d.memory.checkpoint.lag() == {("clicks", "raw", "0"): 5, ("clicks", "raw", "1"): 0}
+
+    wide = {"clicks": {"raw": {str(p): p for p in range(MAX_LAG_PARTITIONS + 50)}}}
+    many = decide(S, launched(S, driver_uid="pod-1", announced_epoch=1),
+                  driver=driver(S, report=report(q=replace(committed, lag=wide)))).memory.checkpoint
+    assert many is not None
+    kept = many.queries["q"].lag["clicks"]["raw"]
+    assert len(kept) == MAX_LAG_PARTITIONS and min(kept.values()) == 50
 
 
 def test_the_checkpoint_follows_a_busy_driver_at_most_every_refresh_interval() -> None:

@@ -23,3 +23,14 @@ def test_restarts_checkpoint_age_phase_and_reconcile_latency() -> None:
     assert "persistent_pipeline_reconcile_seconds_count 1.0" in text
     metrics.forget("team", "wc")
     assert 'seconds_since_checkpoint{namespace="team",pipeline="wc"}' not in generate_latest(metrics.registry).decode()
+
+
+def test_kafka_lag_per_source_topic_and_partition_leaves_with_the_pipeline() -> None:
+    metrics = Metrics(clock=lambda: 1000.0)
+    metrics.pipeline("team", "events", "Running", 990.0, {("clicks", "raw-clicks", "0"): 12, ("clicks", "raw-clicks", "1"): 0})
+    text = generate_latest(metrics.registry).decode()
+    assert ('persistent_pipeline_source_lag{namespace="team",partition="0",pipeline="events",source="clicks",'
+            'topic="raw-clicks"} 12.0') in text
+    assert 'partition="1",pipeline="events",source="clicks",topic="raw-clicks"} 0.0' in text
+    metrics.forget("team", "events")
+    assert "persistent_pipeline_source_lag{" not in generate_latest(metrics.registry).decode()

@@ -103,6 +103,18 @@ def test_uri_in_pod_maps_a_claim_to_the_mount_and_leaves_s3_alone() -> None:
     ({"execution": {"mode": "Yarn"}}, "spec.execution.mode: must be one of Local, Kubernetes"),
     ({"execution": {"executors": {"instances": 0}}}, "spec.execution.executors.instances: must be at least 1"),
     ({"image": ""}, "spec.image: must not be empty"),
+    ({"kafka": {"bootstrapServers": "kafka"}}, "spec.kafka.bootstrapServers: must be host:port[,host:port...]"),
+    ({"kafka": {"bootstrapServers": "kafka:9092", "securityProtocol": "SASL_SSL"}},
+     "spec.kafka.sasl: is needed with securityProtocol SASL_SSL"),
+    ({"kafka": {"bootstrapServers": "kafka:9092", "sasl": {"credentialsSecret": {"name": "k"}}}},
+     "spec.kafka.sasl: needs securityProtocol SASL_PLAINTEXT or SASL_SSL (got PLAINTEXT)"),
+    ({"kafka": {"bootstrapServers": "kafka:9092", "securityProtocol": "SASL_PLAINTEXT",
+                "sasl": {"mechanism": "GSSAPI", "credentialsSecret": {"name": "k"}}}},
+     "spec.kafka.sasl.mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    ({"kafka": {"bootstrapServers": "kafka:9092", "tls": {"caSecret": {"name": "ca"}}}},
+     "spec.kafka.tls: needs securityProtocol SSL or SASL_SSL (got PLAINTEXT)"),
+    ({"kafka": {"bootstrapServers": "kafka:9092", "securityProtocol": "SSL", "tls": {}}},
+     "spec.kafka.tls: set exactly one of caSecret and caConfigMap"),
 ])
 def test_each_problem_names_its_field_and_reason(changes: dict[str, object], expected: str) -> None:
     found = problems(**changes)
@@ -190,3 +202,18 @@ def test_a_bad_input_is_refused_with_its_field(inputs: object, field: str, reaso
     with pytest.raises(InvalidSpec) as refused:
         spec(inputs=inputs)
     assert any(p.field == field and reason in p.reason for p in refused.value.problems), refused.value.problems
+
+
+KAFKA = {"bootstrapServers": "kafka-0.kafka:9093,kafka-1.kafka:9093", "securityProtocol": "SASL_SSL",
+         "sasl": {"mechanism": "SCRAM-SHA-512", "credentialsSecret": {"name": "kafka-user"}},
+         "tls": {"caConfigMap": {"name": "kafka-ca"}}}
+
+
+def test_a_kafka_connection_defaults_its_keys_and_needs_its_credentials_secret() -> None:
+    s = spec(kafka=KAFKA)
+    assert s.kafka is not None and s.kafka.credentials is not None and s.kafka.ca is not None
+    assert (s.kafka.credentials.username_key, s.kafka.credentials.password_key) == ("username", "password")
+    assert (s.kafka.ca.kind, s.kafka.ca.name, s.kafka.ca.key) == ("ConfigMap", "kafka-ca", "ca.crt")
+    assert Prerequisite("Secret", "kafka-user", ("username", "password"), "spec.kafka.sasl.credentialsSecret") \
+        in prerequisites(s)
+    assert s.pod_hash != spec().pod_hash

@@ -64,3 +64,16 @@ def test_every_string_of_the_status_is_bounded_whatever_the_memory_holds() -> No
         return [value] if isinstance(value, str) else []
 
     assert max(len(s) for s in strings(status)) <= MAX_MESSAGE_CHARS
+
+
+def test_kafka_lag_is_shown_per_output_and_the_slowest_outputs_total_drives_the_lag_column() -> None:
+    lag = {"clicks": {"raw": {"0": 5, "1": 7}}}
+    slower = {"clicks": {"raw": {"0": 20, "1": 7}}}
+    memory = replace(RICH_MEMORY, checkpoint=Checkpoint(time=NOW - 3, epoch=3, queries={
+        "counts": QueryReport(batch=4, lag=lag), "even": QueryReport(batch=2, lag=slower)}))
+    status = render(memory, name=NAME, generation=1, previous={}, now=NOW)
+    assert status["checkpoint"]["lag"] == 27
+    assert status["checkpoint"]["queries"]["counts"]["lag"] == lag
+    again = read_memory(status)
+    assert again.checkpoint is not None and again.checkpoint.queries["even"].lag == slower
+    assert again.checkpoint.lag() == {("clicks", "raw", "0"): 20, ("clicks", "raw", "1"): 7}

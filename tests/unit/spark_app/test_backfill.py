@@ -193,7 +193,7 @@ def test_the_token_bucket_holds_the_rate_and_pauses_at_zero():
     now[0] = 100.0
     assert bucket.available() == 1000  # no more than a chunk accumulates
     bucket.set_rate(0)
-    bucket.take(1000)
+    assert bucket.available() == 0  # paused at once: the allowance saved before is not spent
     now[0] = 200.0
     assert bucket.available() == 0 and bucket.seconds_until(1) is None
     bucket.set_rate(None)
@@ -212,3 +212,32 @@ def test_progress_and_rate():
     assert (shown.rows_total, shown.percent, shown.eta_seconds, shown.paused) == (2000, 25.0, 7.5, False)
     done = progress(Frontier(position=END, rows_read=10), None, True)
     assert done.percent == 100.0 and not done.paused and done.eta_seconds is None
+
+
+def test_a_planner_reports_no_progress_before_it_knows_the_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Until its first plan has measured the table, a starting backfill has no size and no
+    version: it reports nothing rather than '0 rows at version None' (which the operator
+    turned into a BackfillStarted Event saying so, and a status of 0 rows)."""
+    import threading
+
+    from spark_app.runtime.sources.delta_table import BackfillSettings, Planner, PlanStore
+    from spark_app.storage import FilesystemStorage
+
+    reached = threading.Event()
+    release = threading.Event()
+
+    class SlowTable(DictTable):
+        def latest_version(self) -> int:
+            reached.set()
+            release.wait(10)
+            return super().latest_version()
+
+    planner = Planner("t", SlowTable({1: "a"}), PlanStore(FilesystemStorage(tmp_path), "t"),  # type: ignore[arg-type]
+                      BackfillSettings(rows_per_second=0), committed=lambda: 0, poll_s=0.05)
+    planner.start(on_error=lambda error: None)
+    try:
+        assert reached.wait(10)
+        assert planner.progress() is None
+    finally:
+        release.set()
+        planner.stop()

@@ -86,7 +86,7 @@ def test_the_drivers_report_reads_back_as_the_operator_reads_it() -> None:
         "counts": contract.QueryReport(batch=7, batch_time_ms=11, commit_time_ms=1_800_000_000_000,
                                        offsets={"words": {"source": "words", "files": 9}}, backlog=True,
                                        malformed=2, file_problems=1, iterate={"decision": "warm"},
-                                       input_rows_per_s=12.5)})
+                                       input_rows_per_s=12.5, lag={"clicks": {"raw": {"0": 4, "1": 0}}})})
     assert contract.DriverReport.from_json(sent.to_json()) == sent
     assert contract.DriverReport.from_json(contract.DriverReport(epoch=3, stored_epoch=2, state="running").to_json()) \
         is None  # never sent: not stamped
@@ -123,6 +123,11 @@ LEAKS = [
     ("db.password: 'p@ss w0rd'", "p@ss"),
     ("api_key=sk_live_123;", "sk_live_123"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+    ('kafka.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="app" '
+     'password="kafka secret";', "kafka secret"),
+    ("sasl.jaas.config: PlainLoginModule required username=app password=p4ss; next", "p4ss"),
+    ('sasl.password="two words" in librdkafka', "two words"),
+    ("SPARK_APP_KAFKA_SASL_PASSWORD=hunter2", "hunter2"),
 ]
 
 
@@ -141,6 +146,34 @@ def test_credentials_are_scrubbed_and_the_rest_of_the_message_kept(text: str, se
 ])
 def test_ordinary_messages_pass_unchanged(text: str) -> None:
     assert scrub_credentials(text) == text
+
+
+# ---- the Kafka connection -------------------------------------------------------------------------
+
+
+def test_a_kafka_connection_round_trips_without_its_credentials_in_the_injected_values() -> None:
+    connection = contract.KafkaConnection("kafka:9093", "SASL_SSL", "SCRAM-SHA-512", "app", "hunter2", "/ca.pem")
+    env = connection.to_env()
+    assert "hunter2" not in json.dumps(env) and "app" not in env.values()
+    secrets = {contract.KAFKA_SASL_USERNAME: "app", contract.KAFKA_SASL_PASSWORD: "hunter2"}
+    assert contract.KafkaConnection.from_env({**env, **secrets}) == connection
+    assert "hunter2" not in repr(connection)
+    assert contract.KafkaConnection.from_env({}) is None
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({contract.KAFKA_SECURITY_PROTOCOL: "TLS"}, "security protocol 'TLS' is not one of"),
+    ({contract.KAFKA_SECURITY_PROTOCOL: "SASL_PLAINTEXT"}, "needs a SASL mechanism"),
+    ({contract.KAFKA_SECURITY_PROTOCOL: "SASL_PLAINTEXT", contract.KAFKA_SASL_MECHANISM: "PLAIN"},
+     "needs a username and a password"),
+    ({contract.KAFKA_SASL_MECHANISM: "PLAIN"}, "needs security protocol SASL_PLAINTEXT or SASL_SSL"),
+])
+def test_a_kafka_connection_that_cannot_work_is_refused_with_what_to_set(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        contract.KafkaConnection.from_env({contract.KAFKA_BOOTSTRAP_SERVERS: "kafka:9092", **env})
+
+
+# ---- live settings and backfills ------------------------------------------------------------------
 
 
 def test_live_settings_round_trip_and_refuse_a_negative_rate() -> None:

@@ -42,3 +42,38 @@ def test_live_settings_are_read_again_when_their_file_changes_and_a_bad_one_is_i
     path.write_text('{"backfill": {"accounts": {"rowsPerSecond": "fast"}}}')
     assert live.backfill_rate("accounts") == LiveRate(None)  # the last good settings stay
     assert LiveSettingsFile(None).backfill_rate("accounts") is None
+
+
+def test_a_report_that_fails_never_stops_the_lease_renewal() -> None:
+    """The lease thread renews and reports; a report that raises (seen in make demo: the
+    Kafka lag read an offset line that was not JSON) must not end the thread, or the live
+    driver's lease lapses and the next driver takes over."""
+    import threading
+    from types import SimpleNamespace
+
+    from spark_app.runtime.driver import Driver
+
+    renewals: list[object] = []
+    driver = object.__new__(Driver)
+    driver._stop = threading.Event()  # type: ignore[attr-defined]
+    driver._options = SimpleNamespace(lease_renew_s=0.01)  # type: ignore[attr-defined]
+    driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
+    driver._fatal = None  # type: ignore[attr-defined]
+    driver._reporter = None  # type: ignore[attr-defined]
+
+    def failing_status() -> None:
+        raise ValueError("Expecting property name enclosed in double quotes")
+
+    driver._status = failing_status  # type: ignore[method-assign]
+    thread = threading.Thread(target=driver._renew_lease_forever, daemon=True)
+    thread.start()
+    try:
+        deadline = threading.Event()
+        for _ in range(200):
+            if len(renewals) >= 3:
+                break
+            deadline.wait(0.01)
+        assert len(renewals) >= 3 and thread.is_alive(), renewals
+    finally:
+        driver._stop.set()  # type: ignore[attr-defined]
+        thread.join(5)

@@ -10,7 +10,8 @@ import pytest
 
 from spark_app.persistence import Backend
 from spark_app.runtime.sources import files as file_source
-from spark_app.runtime.sources.files import ReadPlan, count_dead_letters, dead_letter_key, read_files
+from spark_app.runtime.sources.dead_letters import SetAside, count_dead_letters, dead_letter_key
+from spark_app.runtime.sources.files import ReadPlan, read_files
 from spark_app.runtime.sources.inputs import InputLocation
 from spark_app.runtime.sources.parsing import CsvFormat
 from spark_app.storage import FileEntry
@@ -63,7 +64,7 @@ def test_a_file_deleted_after_admission_is_recorded_and_skipped(tmp_path: Path) 
     assert rows(p, [gone, kept]) == [{"word": "b", "n": 2}]
     assert [r["error"] for r in dead(tmp_path, "gone.csv")] == [
         "the file was deleted after it was admitted; nothing of it was read"]
-    assert count_dead_letters(p.dead_letter, "words", [gone, kept]) == file_source.SetAside(rows=0, files=1)
+    assert count_dead_letters(p.dead_letter, "words", [gone.path, kept.path]) == SetAside(rows=0, files=1)
 
 
 def test_a_file_that_grew_is_read_as_admitted_and_reported(tmp_path: Path) -> None:
@@ -82,7 +83,7 @@ def test_a_file_that_shrank_is_read_as_far_as_it_goes_and_reported(tmp_path: Pat
     p = plan(tmp_path)
     assert rows(p, [entry]) == [{"word": "a", "n": 1}]
     assert "shorter than when it was admitted" in str(dead(tmp_path, "a.csv")[0]["error"])
-    assert count_dead_letters(p.dead_letter, "words", [entry]).files == 1
+    assert count_dead_letters(p.dead_letter, "words", [entry.path]).files == 1
 
 
 @pytest.mark.parametrize("data", [b"word,n\na,1\n\xffb,2\nc,3\n", b'word,n\na,1\n"b,2\nc,3\n'])
@@ -90,4 +91,71 @@ def test_malformed_rows_are_counted_as_rows(tmp_path: Path, data: bytes) -> None
     entry = admit(tmp_path, "a.csv", data)
     p = plan(tmp_path)
     assert rows(p, [entry]) == [{"word": "a", "n": 1}, {"word": "c", "n": 3}]
-    assert count_dead_letters(p.dead_letter, "words", [entry]) == file_source.SetAside(rows=1, files=0)
+    assert count_dead_letters(p.dead_letter, "words", [entry.path]) == SetAside(rows=1, files=0)
+
+
+def test_planning_a_batch_gives_up_on_unreachable_state_storage_within_the_outage_budget(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The driver's outage budget bounds the source's own storage calls too: a batch planned
+    while the state's S3 server is gone fails within the budget (the driver then exits with
+    EXIT_STORAGE_UNAVAILABLE), rather than retrying for the default 15 minutes while the
+    driver looks healthy. Found by the operator's outage test, where new input arrived
+    during the outage."""
+    import threading
+
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from spark_app.runtime.sources.files import FileStreamReader
+    from spark_app.storage import StorageUnavailable
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unit")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unit-secret")
+    admit(tmp_path, "a.csv", b"word,n\nx,1\n")
+    gone = Backend.s3("s3://gone/state", endpoint_url="http://127.0.0.1:9", region="us-east-1")
+    context = tmp_path / "context.json"
+    context.write_text(json.dumps({"snapshot": gone.to_json(), "dead_letter": Backend.filesystem(tmp_path / "dead").to_json(),
+                                   "limits": {}, "outage_budget_s": 1}))
+    reader = FileStreamReader({"context": str(context), "persistent_id": "words", "format": "csv",
+                               "input": json.dumps(Backend.filesystem(tmp_path / "in").to_json())},
+                              StructType([StructField("word", StringType()), StructField("n", IntegerType())]))
+    raised: list[BaseException] = []
+
+    def plan_a_batch() -> None:
+        try:
+            reader.latestOffset()
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            raised.append(error)
+
+    planning = threading.Thread(target=plan_a_batch, daemon=True)
+    planning.start()
+    planning.join(timeout=60)
+    assert not planning.is_alive(), "the source kept retrying past the outage budget"
+    assert raised and isinstance(raised[0], StorageUnavailable), raised
+
+
+def test_the_reader_plans_on_the_driver_and_ships_to_tasks_without_its_index(tmp_path: Path) -> None:
+    """Spark pickles the reader into each task; the index (its lock and storage client) stays behind."""
+    import pickle
+
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from spark_app.runtime.sources.files import FileStreamReader
+    from spark_app.runtime.sources.reader import SourceOrderChanged
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_bytes(b"word,n\nx,1\n")
+    context = tmp_path / "context.json"
+    context.write_text(json.dumps({"snapshot": Backend.filesystem(tmp_path / "state").to_json(),
+                                   "dead_letter": Backend.filesystem(tmp_path / "dead").to_json(), "limits": {}}))
+    reader = FileStreamReader({"context": str(context), "persistent_id": "words", "format": "csv",
+                               "input": json.dumps(Backend.filesystem(tmp_path / "in").to_json())},
+                              StructType([StructField("word", StringType()), StructField("n", IntegerType())]))
+    assert reader.initialOffset() == {"source": "words", "files": 0}
+    end = reader.latestOffset()
+    assert end == {"source": "words", "files": 1}
+    [partition] = reader.partitions(reader.initialOffset(), end)
+    shipped = pickle.loads(pickle.dumps(reader))
+    assert "_index" not in shipped.__dict__
+    assert [batch.num_rows for batch in shipped.read(partition)] == [1]
+    with pytest.raises(SourceOrderChanged):
+        reader.partitions({"source": "other", "files": 0}, end)

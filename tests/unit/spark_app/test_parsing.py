@@ -57,6 +57,7 @@ def test_jsonlines_rejects_lines_that_do_not_fit() -> None:
     parsed = parse_jsonlines(data, WORDS)
     assert parsed.table.to_pylist() == [{"word": "a", "n": 1}, {"word": "c", "n": None}]
     assert [r.line for r in parsed.rejected] == [2, 3, 4]
+    assert parsed.rejected[0].error == "column 'n': cannot read 'x' as INT"
     assert parsed.rejected[1].error.startswith("not valid JSON")
     assert parsed.rejected[2].error == "expected a JSON object, found list"
 

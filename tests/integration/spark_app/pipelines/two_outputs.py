@@ -20,10 +20,14 @@ parser.add_argument("--index-compact-after", type=int, default=64, help="compact
 parser.add_argument("--max-files-per-trigger", type=int, default=None)
 parser.add_argument("--max-bytes-per-trigger", type=int, default=None)
 parser.add_argument("--outage-budget-s", type=float, default=900.0)
+parser.add_argument("--format", choices=["csv", "jsonlines"], default="csv",
+                    help="how the input files are read; changing it keeps the state")
+parser.add_argument("--pattern", default="*")
 args = parser.parse_args()
 
-words = sa.io.csv.read(args.input, schema="word STRING, n INT", persistent_id="words",
-                       max_files_per_trigger=args.max_files_per_trigger, max_bytes_per_trigger=args.max_bytes_per_trigger)
+reader = sa.io.csv.read if args.format == "csv" else sa.io.jsonlines.read
+words = reader(args.input, schema="word STRING, n INT", persistent_id="words", pattern=args.pattern,
+               max_files_per_trigger=args.max_files_per_trigger, max_bytes_per_trigger=args.max_bytes_per_trigger)
 counts = words.groupBy(args.group_by).agg(F.count("*").alias("count"), F.sum("n").alias("total"))
 sa.io.jsonlines.write(counts, f"{args.out_dir}/counts.jsonlines")
 sa.io.jsonlines.write(words.filter("n % 2 = 0"), f"{args.out_dir}/even.jsonlines")
