@@ -281,7 +281,7 @@ class PipelineSpec:
         per spec: a reconcile parses the spec once, and its decision (the comparison with
         the running driver, the stateless generation, the hash it records) and the pod it
         builds read the same value."""
-        shaping = {
+        shaping: dict[str, Any] = {
             "image": self.image,
             "image_pull_policy": self.image_pull_policy,
             "application": asdict(self.application),

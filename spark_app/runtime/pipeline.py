@@ -173,7 +173,7 @@ class Pipeline:
                                 "rename it in the publisher")
         df = ChangelogSource(self.spark(), where.uri, persistent_id, max_files_per_trigger=max_files_per_trigger,
                              with_version=with_version).stream()
-        self.sources[persistent_id] = SourceSpec(persistent_id, "table", where.folder, df.schema.simpleString(), False)
+        self.sources[persistent_id] = SourceSpec(persistent_id, "table", where.folder.root, df.schema.simpleString(), False)
         self.shared[persistent_id] = TableInput(persistent_id, CHANGELOG, where)
         return df
 

@@ -102,6 +102,9 @@ class ChangelogTracker:
         except NotFound:
             return False  # its commit is gone: the reader is behind the compaction, not caught up
 
+    def unreadable(self, start: Offset | None, end: Offset) -> dict[str, int]:
+        return {}  # its hold keeps the versions it reads; a broken hold raises HoldBroken (Readers), never skips
+
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
         """The version the reader has reached (nothing is set aside)."""
         return {"version": ChangelogPosition.from_offset(dict(end)).version}

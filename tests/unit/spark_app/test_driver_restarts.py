@@ -60,6 +60,7 @@ def test_a_report_that_fails_never_stops_the_lease_renewal() -> None:
     driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
     driver._fatal = None  # type: ignore[attr-defined]
     driver._reporter = None  # type: ignore[attr-defined]
+    driver._readers = None  # type: ignore[attr-defined]
 
     def failing_status() -> None:
         raise ValueError("Expecting property name enclosed in double quotes")
