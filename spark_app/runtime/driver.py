@@ -394,13 +394,23 @@ class Driver:
                 self._session.renew_lease(status=json.loads(status.to_json()) if status else None)
                 if status is not None:
                     self.report(status)
-                if self._readers is not None:
-                    self._readers.refresh_lookups(self._looking_up)
             except Fenced as error:
                 self._fatal = error
                 return
             except StorageUnavailable as error:
                 log.warning("could not renew the lease: %s", error)
+            self._refresh_lookups()
+
+    def _refresh_lookups(self) -> None:
+        """Moves idle lookups' holds to the latest version; one that fails is moved at the
+        next renewal. Like a report, it must never end the lease thread (a query being
+        restarted fails its status call; a table's log may be unreachable)."""
+        if self._readers is None:
+            return
+        try:
+            self._readers.refresh_lookups(self._looking_up)
+        except Exception as error:  # noqa: BLE001 - the lease outranks a lookup's hold
+            log.warning("could not move the lookups' holds on their tables: %s", error)
 
     def _looking_up(self) -> bool:
         """Whether a query that looks a table up has a batch under way."""
