@@ -129,8 +129,6 @@ class Pipeline:
         spark = self.spark()
         generated = persistent_id is None
         persistent_id = self._source_id(fmt, path, persistent_id)
-        if persistent_id in self.shared:
-            raise PipelineError(f"persistent_id {persistent_id!r} is used by a table input; give each its own")
         backend = Backend.from_uri(path, options=self.environment.s3)
         reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
                   .option("persistent_id", persistent_id).option("format", fmt)
@@ -187,9 +185,9 @@ class Pipeline:
         return df
 
     def _table_input(self, table: str, persistent_id: str, location: str | None, kind: str) -> TableLocation:
-        self._source_id("table", table, persistent_id)
         if persistent_id in self.shared:
             raise PipelineError(f"persistent_id {persistent_id!r} is used by two table inputs; give each its own")
+        self._source_id("table", table, persistent_id)
         namespace = self.environment.pod_namespace or (self.environment.injected.pipeline.partition("/")[0]
                                                         if self.environment.injected else "") or "local"
         try:
@@ -261,6 +259,10 @@ class Pipeline:
             raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
         if persistent_id in self.sources:
             raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        if persistent_id in self.shared:
+            # A lookup is no source, and its version is committed under its id: a stream of
+            # the same id would have its offsets overwritten.
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by a table input; give each its own")
         return persistent_id
 
     def add_output(self, kind: str, df: DataFrame | FeedsOutputs, path: str, name: str | None,
