@@ -184,7 +184,8 @@ class Driver:
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
         beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()
-        # A pipeline whose outputs are all Kafka topics keeps its dead letters with its state.
+        # A pipeline whose outputs are all Kafka topics or shared tables keeps its dead letters
+        # with its state.
         dead_letter = (Backend.from_uri(beside_output, options=s3) if beside_output else
                        dataclasses.replace(config.snapshot_storage,
                                            root=config.snapshot_storage.root.rstrip("/") + "/dead-letters"))

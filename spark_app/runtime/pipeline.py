@@ -356,11 +356,12 @@ class Pipeline:
         return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, self.environment.spark_conf)
 
     def default_dead_letter(self) -> str | None:
-        """Beside the first output that is a file or a folder; None if none is (Kafka)."""
+        """Beside the first output that is a file or a folder; None if none is (Kafka
+        topics; shared tables, which live in the state and have no path until they recover)."""
         outputs = [o for q in self.queries.values() for o in q.sink.outputs()]
         if not outputs:
             raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
-        files = [o for o in outputs if not isinstance(o, KafkaOutput)]
+        files = [o for o in outputs if not isinstance(o, KafkaOutput | TableOutput)]
         return files[0].path.rstrip("/") + ".dead-letter" if files else None
 
 
