@@ -46,7 +46,8 @@ kube_ldflags() {
 build() {
   local name=$1 ldflags=$2; shift 2
   local dir="$top/tools/$name" key out
-  key=$(cat "$dir/go.mod" "$dir/go.sum" "$0" | sha256sum | cut -c1-16)
+  # The key covers the pins and this script's commands (its flags), not its comments.
+  key=$(cat "$dir/go.mod" "$dir/go.sum" <(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$0") | sha256sum | cut -c1-16)
   out="$cache/go/$name-$key"
   if [ ! -f "$out/.complete" ]; then
     need_go
