@@ -10,8 +10,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${PP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/persistent-pipelines}
 bin_links="$top/.cache/bin"
 mkdir -p "$bin_links" "$cache/go"
-# One build at a time per cache: `make test` builds in the background while `make demo`
-# or a second checkout may ask for the same binaries.
+# One build at a time per cache: two checkouts (or `make demo` beside `make test`) may ask
+# for the same binaries at once, and would both write the same folder.
 exec 9> "$cache/go/.build.lock"
 flock 9
 
@@ -46,7 +46,8 @@ kube_ldflags() {
 build() {
   local name=$1 ldflags=$2; shift 2
   local dir="$top/tools/$name" key out
-  key=$(cat "$dir/go.mod" "$dir/go.sum" "$0" | sha256sum | cut -c1-16)
+  # The key covers the pins and this script's commands (its flags), not its comments.
+  key=$(cat "$dir/go.mod" "$dir/go.sum" <(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$0") | sha256sum | cut -c1-16)
   out="$cache/go/$name-$key"
   if [ ! -f "$out/.complete" ]; then
     need_go

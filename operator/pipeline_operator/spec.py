@@ -299,8 +299,24 @@ class PipelineSpec:
         if self.tables:
             shaping["tables"] = [{"name": t.name, "max_hold_age_seconds": t.max_hold_age_seconds}
                                  for t in self.tables]
-        digest = hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()
-        return digest[:16]
+        return shaping_digest(shaping)
+
+
+def shaping_digest(shaping: Mapping[str, Any]) -> str:
+    """The pod hash of what shapes a driver pod. Unset (None) settings are left out, so that
+    an operator release that learns a new optional setting does not change the hash of the
+    pipelines that do not use it, and so does not restart every running driver when it is
+    installed. (A new setting must therefore default to None, not to a value.)"""
+    digest = hashlib.sha256(json.dumps(_set_only(shaping), sort_keys=True, default=str).encode()).hexdigest()
+    return digest[:16]
+
+
+def _set_only(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _set_only(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_set_only(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -589,6 +589,10 @@ _TRANSIENT_MARKERS = (
     # (SPARK-55271: its metrics read latest offsets it never fetched), after the batch is in
     # Spark's commit log: the query restarted from there plans the next batch as usual.
     'because the return value of "scala.Option.get()" is null',
+    # A Python worker (a source's reader, an output's encoder) that Spark started did not
+    # connect back within its timeout: a loaded node. Seen ending a driver with exit code 1
+    # while its other query was being fenced, which then never reported EXIT_FENCED.
+    "Python worker failed to connect back",
 )
 
 

@@ -217,3 +217,21 @@ def test_a_kafka_connection_defaults_its_keys_and_needs_its_credentials_secret()
     assert Prerequisite("Secret", "kafka-user", ("username", "password"), "spec.kafka.sasl.credentialsSecret") \
         in prerequisites(s)
     assert s.pod_hash != spec().pod_hash
+
+
+def test_a_release_that_learns_a_new_optional_setting_keeps_the_pod_hash_of_pipelines_without_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed pod hash restarts the running driver: installing an operator whose spec
+    dataclasses gained a field (unset, None, for every existing pipeline) must not restart
+    every pipeline of the cluster."""
+    from dataclasses import asdict
+
+    import pipeline_operator.spec as spec_module
+
+    before = spec(raw()).pod_hash
+
+    def with_a_new_setting(value):  # type: ignore[no-untyped-def]
+        return {**asdict(value), "a_setting_of_the_next_release": None}
+
+    monkeypatch.setattr(spec_module, "asdict", with_a_new_setting)
+    assert spec(raw()).pod_hash == before

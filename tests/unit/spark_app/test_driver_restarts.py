@@ -10,6 +10,8 @@ RESTARTED = [
     "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs detected for 1.",
     "java.net.ConnectException: Connection refused",
     "spark_app.storage.base.StorageUnavailable: s3://bucket/state: 503 Service Unavailable",
+    # A Python worker that Spark started did not connect back in time (a loaded node).
+    "org.apache.spark.SparkException: Python worker failed to connect back.",
 ]
 FATAL = [
     "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function parameter with name `wrd` cannot be resolved.",
