@@ -109,16 +109,26 @@ class TableOutput(Output):
         if self.options.delete_when:
             source = source.withColumn(DELETE_COLUMN, F.coalesce(F.expr(self.options.delete_when), F.lit(False)))
         spark = source.sparkSession
-        with self._lock, TXN_LOCK:
-            spark.conf.set(TXN_CONF[0], self._app_id)
-            spark.conf.set(TXN_CONF[1], str(batch.batch_id))
-            try:
-                _merge(DeltaTable.forPath(spark, self.path), source, self.key, self.schema.fieldNames(),
-                       bool(self.options.delete_when))
-            finally:
-                for name in TXN_CONF:
-                    spark.conf.unset(name)
         version = self._log.txn_version(self._app_id, batch.batch_id)
+        if version is not None:
+            # A replay of a batch the table already has (killed after the MERGE, before the
+            # commit). Delta would skip the MERGE without running its source, and Spark then
+            # refuses to move on: the stateful operators' new state version is committed only
+            # when the batch's plan runs (STATE_STORE_COMMIT_VALIDATION_FAILED). So it runs.
+            log.info("table %s: batch %d is already version %d; replaying it without a write",
+                     self.name, batch.batch_id, version)
+            batch.df.write.format("noop").mode("overwrite").save()
+        else:
+            with self._lock, TXN_LOCK:
+                spark.conf.set(TXN_CONF[0], self._app_id)
+                spark.conf.set(TXN_CONF[1], str(batch.batch_id))
+                try:
+                    _merge(DeltaTable.forPath(spark, self.path), source, self.key, self.schema.fieldNames(),
+                           bool(self.options.delete_when))
+                finally:
+                    for name in TXN_CONF:
+                        spark.conf.unset(name)
+            version = self._log.txn_version(self._app_id, batch.batch_id)
         if version is None:
             raise OutputDamaged(f"table {self.name}: batch {batch.batch_id} was merged, but no version of "
                                 f"{self.path} carries it (the table was replaced outside spark_app?)")
