@@ -49,7 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     tables.add_argument("--json", action="store_true")
     tables.add_argument("--endpoint-url", default=os.environ.get(contract.S3_ENDPOINT))
     tables.add_argument("--region", default=os.environ.get(contract.S3_REGION))
-    options = parser.parse_args(argv)
+    options, extra = parser.parse_known_args(argv)
+    # `tables release --reader NS/NAME URI...`: argparse matches both positionals (the action
+    # and the URIs, which may be none) before the option, so URIs after it come back unparsed
+    # (bpo-14191; parse_intermixed_args does not take subcommands). They are the URIs.
+    if extra and options.command == "tables" and not any(e.startswith("-") for e in extra):
+        options.uris, extra = [*options.uris, *extra], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if options.command == "tables":
         return _tables(options)
     if options.command == "run":

@@ -31,3 +31,14 @@ def test_a_readers_holds_go_and_nobody_elses(tmp_path: Path, monkeypatch: pytest
     printed = capsys.readouterr().out
     assert "released the hold of team/tiers/customers" in printed and "team/tiers held nothing on" in printed
     assert main(["tables", "release", "--reader", "tiers"]) == contract.EXIT_MISCONFIGURED
+
+
+def test_the_tables_may_be_named_after_the_reader_as_the_usage_shows(tmp_path: Path) -> None:
+    """`tables release --reader NS/NAME URI...`: the URIs after the option are the tables."""
+    table = tmp_path / "orders" / "tables" / "customers"
+    registry = HoldRegistry(FilesystemStorage(str(table)))
+    registry.put(Hold(ReaderId("team", "tiers", "customers"), CHANGELOG, 3, 3, "state-1", 0))
+    assert main(["tables", "release", "--reader", "team/tiers", str(table)]) == 0
+    assert registry.holds() == []
+    with pytest.raises(SystemExit):
+        main(["tables", "release", "--reader", "team/tiers", str(table), "--no-such-option"])
