@@ -156,7 +156,7 @@ def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_o
     frontier = wait_until("a compaction after the last batch", lambda: (f := registry.frontier()) is not None
                           and f.latest >= held.version + 13 and f)
     assert frontier.version == held.version
-    fast.wait_for_log("tiers_jsonlines: committed batch", timeout=60)
+    fast.wait_for_log("fast_jsonlines: committed batch", timeout=60)
     assert registry.hold(slow).version == held.version  # type: ignore[union-attr]
 
     # Resumed, the suspended reader reads every change it missed: exact.
