@@ -56,9 +56,11 @@ def new_cluster_id(draw: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
     option ("--cluster-id: expected one argument"); Kafka's own Uuid.randomUuid draws again
     in that case, and so does this.
     """
-    while (cluster_id := base64.urlsafe_b64encode(draw().bytes).decode().rstrip("=")).startswith("-"):
-        pass
-    return cluster_id
+    while True:
+        cluster_id = base64.urlsafe_b64encode(draw().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
 
 # The image's server.properties when no KAFKA_ variable is set
 # (docker/resources/common-scripts/server.properties).
