@@ -143,7 +143,10 @@ class TableOutput(Output):
 
     def table_report(self) -> contract.TableReport:
         report = self._compactor.report() if self._compactor else contract.TableReport()
-        return contract.TableReport(version=self._version, rows=self._rows, bytes=report.bytes,
+        # The table's latest version: the last batch's, or a compaction's OPTIMIZE after it
+        # (the frontier and the holds may stand in that one; a version below them reads as nonsense).
+        known = [v for v in (self._version, report.version) if v is not None]
+        return contract.TableReport(version=max(known) if known else None, rows=self._rows, bytes=report.bytes,
                                     frontier=report.frontier, compacted_ms=report.compacted_ms,
                                     holders=report.holders)
 
