@@ -216,7 +216,7 @@ test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
 
 .PHONY: test-shared-storage
 test-shared-storage: setup ## A shared table's storage over 500 batches with its readers current (bounded by the compaction, not the history).
-	SHARED_STORAGE_BATCHES=500 $(PYTEST) tests/integration/spark_app/test_shared_tables.py -q -s \
+	SHARED_STORAGE_BATCHES=500 $(PYTEST) tests/integration/spark_app/test_shared_tables.py -q -s --timeout 3600 \
 	  -k storage_of_a_table_stays_bounded $(PYTEST_ARGS)
 
 .PHONY: test-chaos
