@@ -26,11 +26,11 @@ from ppl_cluster import (
     wordcount,
 )
 
+from demo.shared_tables import ORDERS_HEADER, expected_tiers, orders
 from localcluster.testing import wait_for
 from spark_app.state.tables import HoldRegistry
 from spark_app.storage import FilesystemStorage
 from tests.integration.spark_app.harness import fold, read_changelog, write_csv
-from tests.integration.spark_app.shared import ORDERS_HEADER, expected_tiers, orders
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 

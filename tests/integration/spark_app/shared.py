@@ -1,78 +1,24 @@
-"""The shared-table examples under test (examples/shared_*.py): their input, what their
-outputs hold once they have read it, and a workspace that starts their drivers."""
+"""A workspace that starts the shared-table examples' drivers (examples/shared_*.py) and
+checks their outputs against demo.shared_tables (their input, and what it folds to)."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from demo.shared_tables import (
+    CLICKS_HEADER,
+    ORDERS_HEADER,
+    clicks,
+    expected_clicks,
+    expected_customers,
+    expected_tiers,
+    orders,
+)
 from tests.integration.spark_app.harness import Driver, fold, multiset, read_changelog, write_csv
 
 REPO = Path(__file__).resolve().parents[3]
-ORDERS_HEADER = "order_id,customer_id,region,amount,kind"
-CLICKS_HEADER = "click_id,customer_id,page"
-REGULARS = [f"c{i:02d}" for i in range(12)]
-"""Customers from the first orders file on, never deleted: the clicks are theirs."""
-REGIONS = ("eu", "us", "ap")
-
-
-def region(customer: str) -> str:
-    return REGIONS[sum(map(ord, customer)) % len(REGIONS)]
-
-
-def orders(file_number: int) -> list[str]:
-    """File 0 opens every regular customer; each later file orders for five of them, and
-    opens a one-off customer whose order the next file cancels (a key that is inserted,
-    then deleted)."""
-    if file_number == 0:
-        return [f"o0-{c},{c},{region(c)},{100 * (i + 1)},order" for i, c in enumerate(REGULARS)]
-    rows = [f"o{file_number}-{i},{c},{region(c)},{150 * (file_number + i)},order"
-            for i, c in enumerate(REGULARS[(file_number * 5 + k) % len(REGULARS)] for k in range(5))]
-    once = f"x{file_number:03d}"
-    rows.append(f"o{file_number}-x,{once},{region(once)},777,order")
-    if file_number > 1:
-        before = f"x{file_number - 1:03d}"
-        rows.append(f"o{file_number}-cancel,{before},{region(before)},-777,cancel")
-    return rows
-
-
-def clicks(file_number: int) -> list[str]:
-    return [f"k{file_number}-{i},{REGULARS[(file_number + i * 5) % len(REGULARS)]},page{i}" for i in range(4)] + [
-        f"k{file_number}-none,nobody,home"]
-
-
-def expected_customers(files: range) -> dict[tuple[Any, ...], dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = {}
-    for row in (r for f in files for r in orders(f)):
-        _, customer, where, amount, kind = row.split(",")
-        current = table.setdefault(customer, {"customer_id": customer, "region": where, "open_orders": 0, "total": 0})
-        current["open_orders"] += -1 if kind == "cancel" else 1
-        current["total"] += int(amount)
-        current["region"] = max(current["region"], where)
-    return {(c,): row for c, row in table.items() if row["open_orders"] != 0}
-
-
-def tier(total: int) -> str:
-    return "gold" if total >= 10_000 else "silver" if total >= 2_000 else "bronze"
-
-
-def expected_tiers(files: range) -> dict[tuple[Any, ...], dict[str, Any]]:
-    tiers: dict[str, dict[str, Any]] = {}
-    for row in expected_customers(files).values():
-        current = tiers.setdefault(tier(row["total"]), {"tier": tier(row["total"]), "customers": 0, "revenue": 0})
-        current["customers"] += 1
-        current["revenue"] += row["total"]
-    return {(t,): row for t, row in tiers.items()}
-
-
-def expected_clicks(files: range) -> Counter[str]:
-    return Counter(
-        json.dumps({"customer_id": c, "click_id": k, "page": p, "region": region(c) if c in REGULARS else None},
-                   sort_keys=True)
-        for f in files for k, c, p in (line.split(",") for line in clicks(f)))
 
 
 @dataclass
