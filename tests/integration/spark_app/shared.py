@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from demo.shared_tables import (
     CLICKS_HEADER,
@@ -17,6 +17,9 @@ from demo.shared_tables import (
     orders,
 )
 from tests.integration.spark_app.harness import Driver, fold, multiset, read_changelog, write_csv
+
+if TYPE_CHECKING:
+    import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -84,6 +87,14 @@ class SharedWorkspace:
         for driver in self.started:
             if driver.process is not None:
                 driver.kill()
+
+
+def open_workspace(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> SharedWorkspace:
+    """A workspace whose state is on ``backend``: a folder, or a new bucket of the test S3 server."""
+    if backend == "filesystem":
+        return SharedWorkspace(tmp_path, str(tmp_path / "state"))
+    server = request.getfixturevalue("s3_server")
+    return SharedWorkspace(tmp_path, f"s3://{server.new_bucket()}/pipelines", server.endpoint_url)
 
 
 def table_storage(workspace: SharedWorkspace) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.spark_app.shared import SharedWorkspace
+from tests.integration.spark_app.shared import SharedWorkspace, open_workspace
 from tests.integration.spark_app.test_shared_tables import run, txn_batches
 
 pytestmark = pytest.mark.spark
@@ -37,12 +37,7 @@ CLICK_FILES = 8 if CHAOS else 6
 
 @pytest.fixture
 def chaos_shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
-    backend = request.node.callspec.params["case"][1]
-    if backend == "filesystem":
-        workspace = SharedWorkspace(tmp_path, str(tmp_path / "state"))
-    else:
-        server = request.getfixturevalue("s3_server")
-        workspace = SharedWorkspace(tmp_path, f"s3://{server.new_bucket()}/pipelines", server.endpoint_url)
+    workspace = open_workspace(request, tmp_path, request.node.callspec.params["case"][1])
     yield workspace
     workspace.kill_all()
 

@@ -23,7 +23,7 @@ from spark_app.persistence import Backend
 from spark_app.state.delta_log import TableLog
 from spark_app.state.log import MetadataLog
 from spark_app.state.tables import HoldRegistry, ReaderId
-from tests.integration.spark_app.shared import SharedWorkspace, table_storage
+from tests.integration.spark_app.shared import SharedWorkspace, open_workspace, table_storage
 
 pytestmark = pytest.mark.spark
 
@@ -35,18 +35,14 @@ FAST = ("--compact-every-batches", "1", "--compact-every-s", "2", "--compaction-
 
 @pytest.fixture(params=["filesystem", "s3"])
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
-    if request.param == "filesystem":
-        workspace = SharedWorkspace(tmp_path, str(tmp_path / "state"))
-    else:
-        server = request.getfixturevalue("s3_server")
-        workspace = SharedWorkspace(tmp_path, f"s3://{server.new_bucket()}/pipelines", server.endpoint_url)
+    workspace = open_workspace(request, tmp_path, request.param)
     yield workspace
     workspace.kill_all()
 
 
 @pytest.fixture
-def fs_shared(tmp_path: Path) -> Iterator[SharedWorkspace]:
-    workspace = SharedWorkspace(tmp_path, str(tmp_path / "state"))
+def fs_shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
+    workspace = open_workspace(request, tmp_path, "filesystem")
     yield workspace
     workspace.kill_all()
 
