@@ -14,7 +14,10 @@ includes the table), wall time to read all input, and end-to-end latency of a ne
 Then the publisher's batch latency (a new orders file until the table's next version)
 with 0, 1 and 4 readers attached.
 
-    .venv/bin/python bench/shared/run.py [--files 12 --rows 20000 --customers 20000 --markers 5]
+    .venv/bin/python bench/shared/run.py [--files 12 --rows 20000 --customers 20000 --markers 5 --repeats 3]
+
+Each of the --repeats pairs runs (a) and (b) in turn (which goes first alternates); the
+ratios are per pair, reported as the median with the lowest and highest.
 """
 
 from __future__ import annotations
@@ -196,6 +199,38 @@ def publisher_latency(work: Path, markers: int, readers: tuple[int, ...]) -> dic
     return results
 
 
+def recompute_variant(work: Path, markers: int) -> dict[str, Any]:
+    """(a): three pipelines, each recomputing the aggregate from the raw orders."""
+    return variant(
+        "a-recompute", work, work / "orders",
+        [(f"recompute-{i}", spark_app(str(HERE / "recompute.py"), "--orders", str(work / "orders"), "--output",
+                                      str(work / f"out-{i}.jsonlines"), "--state", str(work / "state" / f"p{i}")))
+         for i in range(3)],
+        [work / f"out-{i}.jsonlines" for i in range(3)], [work / "state" / f"p{i}" for i in range(3)],
+        "zz-sentinel", markers)
+
+
+def shared_variant(work: Path, markers: int) -> dict[str, Any]:
+    """(b): one publisher of the aggregate and three readers of its changes."""
+    publisher_state = work / "state" / "publisher"
+    table_log = TableLog(FilesystemStorage(str(publisher_state / "tables" / "customers")))
+    return variant(
+        "b-shared", work, work / "orders",
+        [("publisher", spark_app(str(HERE / "publisher.py"), "--orders", str(work / "orders"), "--state",
+                                 str(publisher_state)))] +
+        [(f"reader-{i}", spark_app(str(HERE / "reader.py"), "--publisher-state", str(publisher_state),
+                                   "--output", str(work / f"out-{i}.jsonlines"), "--state",
+                                   str(work / "state" / f"r{i}"))) for i in range(3)],
+        [work / f"out-{i}.jsonlines" for i in range(3)],
+        [publisher_state, *(work / "state" / f"r{i}" for i in range(3))], "zz-sentinel",
+        markers, first_ready=table_log.exists)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=12)
@@ -203,6 +238,7 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=20000)
     parser.add_argument("--markers", type=int, default=5)
     parser.add_argument("--latency-markers", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3, help="pairs of (a) and (b), their order alternating")
     parser.add_argument("--keep", action="store_true", help="keep the working folder")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-shared-"))
@@ -211,39 +247,32 @@ def main() -> None:
         # The same input for both variants; the last file names a sentinel customer.
         files = [orders(f, options.rows, options.customers, chance) for f in range(options.files)]
         files[-1].append("sentinel,zz-sentinel,a,1")
-        for v in ("a", "b"):
-            for f, rows in enumerate(files):
-                write_orders(work / v / "orders", f"part-{f:04d}.csv", rows)
-        a = work / "a"
-        recompute = variant(
-            "a-recompute", a, a / "orders",
-            [(f"recompute-{i}", spark_app(str(HERE / "recompute.py"), "--orders", str(a / "orders"), "--output",
-                                          str(a / f"out-{i}.jsonlines"), "--state", str(a / "state" / f"p{i}")))
-             for i in range(3)],
-            [a / f"out-{i}.jsonlines" for i in range(3)], [a / "state" / f"p{i}" for i in range(3)],
-            "zz-sentinel", options.markers)
-        b = work / "b"
-        table_log = TableLog(FilesystemStorage(str(b / "state" / "publisher" / "tables" / "customers")))
-        shared = variant(
-            "b-shared", b, b / "orders",
-            [("publisher", spark_app(str(HERE / "publisher.py"), "--orders", str(b / "orders"), "--state",
-                                     str(b / "state" / "publisher")))] +
-            [(f"reader-{i}", spark_app(str(HERE / "reader.py"), "--publisher-state", str(b / "state" / "publisher"),
-                                       "--output", str(b / f"out-{i}.jsonlines"), "--state",
-                                       str(b / "state" / f"r{i}"))) for i in range(3)],
-            [b / f"out-{i}.jsonlines" for i in range(3)],
-            [b / "state" / "publisher", *(b / "state" / f"r{i}" for i in range(3))], "zz-sentinel",
-            options.markers, first_ready=table_log.exists)
-        ratios = {"cpu_b_over_a": round(shared["cpu_seconds"] / recompute["cpu_seconds"], 3),
-                  "state_b_over_a": round(shared["state_bytes"] / recompute["state_bytes"], 3),
-                  "latency_b_over_a": round(shared["new_order_latency_s"]["median"]
-                                            / recompute["new_order_latency_s"]["median"], 3)}
-        progress(f"ratios: {ratios}")
+        pairs: list[dict[str, Any]] = []
+        for repeat in range(options.repeats):
+            progress(f"pair {repeat + 1} of {options.repeats}")
+            runs: dict[str, dict[str, Any]] = {}
+            # Alternating which goes first: a machine that drifts favours neither.
+            for name in ("a", "b") if repeat % 2 == 0 else ("b", "a"):
+                folder = work / f"{name}{repeat}"
+                for f, rows in enumerate(files):
+                    write_orders(folder / "orders", f"part-{f:04d}.csv", rows)
+                runs[name] = (recompute_variant if name == "a" else shared_variant)(folder, options.markers)
+                if not options.keep:
+                    shutil.rmtree(folder, ignore_errors=True)
+            a, b = runs["a"], runs["b"]
+            pairs.append({"a_three_recomputing_pipelines": a, "b_publisher_and_three_readers": b, "ratios": {
+                "cpu_b_over_a": round(b["cpu_seconds"] / a["cpu_seconds"], 3),
+                "state_b_over_a": round(b["state_bytes"] / a["state_bytes"], 3),
+                "latency_b_over_a": round(b["new_order_latency_s"]["median"] / a["new_order_latency_s"]["median"], 3)}})
+            progress(f"pair {repeat + 1}: {pairs[-1]['ratios']}")
+        ratios = {key: spread([p["ratios"][key] for p in pairs]) for key in pairs[0]["ratios"]}
+        progress(f"ratios over {len(pairs)} pairs: {ratios}")
         (work / "c").mkdir()
         publisher = publisher_latency(work / "c", options.latency_markers, (0, 1, 4))
         write_results("shared", {
-            "workload": {"files": options.files, "rows_per_file": options.rows, "customers": options.customers},
-            "a_three_recomputing_pipelines": recompute, "b_publisher_and_three_readers": shared, "ratios": ratios,
+            "workload": {"files": options.files, "rows_per_file": options.rows, "customers": options.customers,
+                         "repeats": options.repeats},
+            "ratios": ratios, "pairs": pairs,
             "goals": {"cpu_b_over_a": "<= 0.5", "state_b_over_a": "<= 0.4", "publisher_latency_ratio": "<= 1.05"},
             "publisher_batch_latency_by_readers": publisher})
     finally:
