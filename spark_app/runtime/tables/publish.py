@@ -39,6 +39,12 @@ TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
     "delta.enableExpiredLogCleanup": "false",
     "delta.enableDeletionVectors": "false",
+    # Every checkpoint carries the `remove` of each file deleted within this duration (7
+    # days by default): about four per batch, so the checkpoint grew with the history
+    # (1,916 actions, 105 KB, after 500 batches). The compaction decides from the holds
+    # which files go and never reads these tombstones; Delta's own VACUUM, which does,
+    # must not be run on a shared table.
+    "delta.deletedFileRetentionDuration": "interval 1 minutes",
 }
 TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
 # Delta takes a MERGE's transaction id from the session's configuration, which every query
