@@ -214,10 +214,16 @@ TEST_JVM := JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize
 test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
 	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
 
+.PHONY: test-shared-storage
+test-shared-storage: setup ## A shared table's storage over 500 batches with its readers current (bounded by the compaction, not the history).
+	SHARED_STORAGE_BATCHES=500 $(PYTEST) tests/integration/spark_app/test_shared_tables.py -q -s --timeout 3600 \
+	  -k storage_of_a_table_stays_bounded $(PYTEST_ARGS)
+
 .PHONY: test-chaos
-test-chaos: setup ## Every chaos family on both backends and on Kafka, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a frozen stale driver, storage outages; outputs exact.
+test-chaos: setup ## Every chaos family on both backends and on Kafka, CHAOS_ROUNDS rounds (25): kill -9 at random and at each fault point, a shared table's publisher and readers killed at random, a frozen stale driver, storage outages; outputs exact.
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(TEST_JVM) $(PYTEST) tests/integration/spark_app/test_crash.py \
 	  tests/integration/spark_app/test_chaos.py tests/integration/spark_app/test_table_backfill.py \
+	  tests/integration/spark_app/test_shared_chaos.py \
 	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_while_messages_arrive_loses_and_repeats_nothing \
 	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_at_each_fault_point_in_turn_loses_and_repeats_nothing \
 	  -q -n 2 --durations=10 $(PYTEST_ARGS)
@@ -246,6 +252,10 @@ bench-kafka: setup ## A word count reading a Kafka topic: spark_app vs Structure
 .PHONY: bench-backfill
 bench-backfill: setup ## A reader backfilling a 10M-row Delta table that keeps changing: rows/s, rate limits, live-change latency vs Delta's own stream, a kill half way.
 	$(PY) bench/backfill/run.py $(BENCH_ARGS)
+
+.PHONY: bench-shared
+bench-shared: setup ## Three consumers of one per-customer aggregate: three recomputing pipelines vs a publisher and three readers of its shared table (CPU, state, latency); the publisher's batch latency with 0, 1 and 4 readers.
+	$(PY) bench/shared/run.py $(BENCH_ARGS)
 
 .PHONY: bench-iterate-storage
 bench-iterate-storage: setup ## What an iterate stores over 200 small batches (bounded by its state, not its history).

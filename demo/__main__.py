@@ -4,8 +4,10 @@ run:   start the local control plane; helm install the chart (the operator then 
        pod, with its ServiceAccount token and the chart's RBAC); apply a word count, a
        connected-components iterate, a Kafka broker and a word count over one of its topics;
        feed input files and messages; kill -9 the drivers and feed more while they are down;
-       watch the operator relaunch them and the drivers resume from their checkpoints; check
-       the outputs by folding their changelogs; print a summary.
+       watch the operator relaunch them and the drivers resume from their checkpoints; then
+       a shared table: two readers applied before their publisher wait for it, start by
+       themselves, follow its versions through kill -9 of the publisher and of a reader;
+       check every output by folding its changelog; print a summary.
 clean: remove everything run created, and stop the cluster if run started it.
 """
 
@@ -21,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from demo import story
+from demo import shared_tables, story
 from demo.story import COMPONENTS_OUTPUT, EDGE_FILES, KAFKACOUNT_OUTPUT, WORDCOUNT_OUTPUT, Namespace
 from demo.targets import LOCAL_VALUES, ROOT, LocalTarget
 
@@ -34,6 +36,11 @@ WAIT = 420.0  # per step; a driver's JVM starts in 15 to 30 s on two cores, an i
 WORD_FILES = {name: story.word_file(seed, 40) for seed, name in enumerate(("a.csv", "b.csv", "c.csv", "d.csv"))}
 SPARK_APP_IMAGE = "ghcr.io/persistent-pipelines/spark-app:0.1.0"
 PIPELINES = (("wordcount", WORDCOUNT_OUTPUT), ("components", COMPONENTS_OUTPUT), ("kafkacount", KAFKACOUNT_OUTPUT))
+# The shared-table chapter (demo/shared-tables.yaml): a publisher and its two readers.
+PUBLISHER, TABLE = "orders-enriched", "customers"
+TIERS_OUTPUT, TIERS_CHANGES, CLICKS_OUTPUT = "tiers/tiers.jsonlines", "tiers/customers.jsonlines", "clicks/enriched.jsonlines"
+SHARED = ((PUBLISHER, None), ("tiers", TIERS_OUTPUT), ("clicks", CLICKS_OUTPUT))
+STEPS = 12
 
 
 class Demo:
@@ -43,6 +50,9 @@ class Demo:
         self.target = LocalTarget()
         self.fed_words: list[str] = []
         self.fed_edges: list[str] = []
+        self.fed_orders: list[int] = []
+        self.fed_clicks: list[int] = []
+        self.watching: tuple[tuple[str, str | None], ...] = PIPELINES
         self.facts: dict[str, Any] = {}
         self._last_progress = ""
         self._last_progress_at = 0.0
@@ -51,7 +61,7 @@ class Demo:
 
     def step(self, title: str) -> None:
         self.steps += 1
-        print(f"\n>>> step {self.steps}/9 ({self.elapsed()}): {title}", flush=True)
+        print(f"\n>>> step {self.steps}/{STEPS} ({self.elapsed()}): {title}", flush=True)
 
     def say(self, text: str) -> None:
         print(f"    {text}", flush=True)
@@ -104,23 +114,109 @@ class Demo:
         self.wait_for_outputs()
 
         self.step("kill -9 the three drivers' processes (a crash: the pods stay), and feed input while they are down")
-        self.crash()
+        self.crash(PIPELINES)
         self.feed("c.csv", "3.csv")
 
         self.step("the operator relaunches each driver at epoch 2; each resumes from its checkpoint (the Kafka "
                   "source from the offsets it committed)")
-        self.wait_for_relaunch()
+        self.wait_for_relaunch(PIPELINES)
         self.wait_for_outputs()
 
         self.step("input after the resume, including a deleted edge (the iterate deletes and rederives)")
         self.feed("d.csv", "4.csv")
         self.wait_for_outputs()
 
-        self.step("check the outputs and summarise")
         story.wait_for("kafkacount's consumer lag in its status (its driver reports it with each lease renewal)",
                        lambda: story.checkpoint_of(self.ns.status("kafkacount")).get("lag"), WAIT,
                        progress=self.progress)
+        self.shared_tables()
+
+        self.step("check the outputs and summarise")
         self.summary()
+
+    # ---- the shared-table chapter ----------------------------------------------------------------
+
+    def shared_tables(self) -> None:
+        self.watching = SHARED
+        self.step(f"a shared table: apply two readers of {PUBLISHER}/{TABLE} before its publisher; tiers reads its "
+                  "changes, clicks looks it up (demo/shared-tables.yaml)")
+        readers = [d for d in yaml.safe_load_all((ROOT / "demo" / "shared-tables.yaml").read_text())
+                   if d["metadata"]["name"] != PUBLISHER]
+        self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": readers})))
+        for name in ("tiers", "clicks"):
+            def waiting_for_table(n: str = name) -> dict[str, Any] | None:
+                conditions = self.ns.status(n).get("conditions") or []
+                return next((c for c in conditions if c.get("reason") == "WaitingForTable"), None)
+
+            waiting = story.wait_for(f"{name} waiting for its table", waiting_for_table, WAIT, progress=self.progress)
+            self.say(f"{name}: {self.ns.status(name).get('phase')}, {waiting['reason']}: {waiting['message']}")
+
+        self.step(f"write orders and clicks, apply the publisher {PUBLISHER}: it commits the table's first "
+                  "versions, and both readers start by themselves")
+        self.feed_shared(orders=(0, 1), clicks=(0, 1))
+        self.show(self.target.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "demo" / "shared-tables.yaml")))
+        self.wait_for_shared()
+        story.wait_for(f"both readers in {PUBLISHER}'s status as holders of {TABLE}",
+                       lambda: len(self.holders()) == 2, WAIT, progress=self.progress)
+        self.show(self.target.kubectl("get", "ppl", "-n", NAMESPACE, PUBLISHER, "-o", "wide"))
+        self.say_table()
+
+        self.step("kill -9 the publisher and the tiers reader, write more orders (a customer cancelled, one new) "
+                  "and clicks while they are down; both resume at the next version")
+        killed = SHARED[:2]
+        self.crash(killed)
+        self.feed_shared(orders=(2, 3), clicks=(2,))
+        self.wait_for_relaunch(killed)
+        self.wait_for_shared()
+        story.wait_for("both readers at the table's latest version",
+                       lambda: len(self.holders()) == 2 and not any(h["behind"] for h in self.holders()), WAIT,
+                       progress=self.progress)
+        self.say_table()
+
+    def feed_shared(self, orders: tuple[int, ...], clicks: tuple[int, ...]) -> None:
+        for number in orders:
+            self.ns.write(f"orders/part-{number:04d}.csv", shared_tables.orders_csv(number))
+        for number in clicks:
+            self.ns.write(f"clicks/inputs/part-{number:04d}.csv", shared_tables.clicks_csv(number))
+        self.fed_orders += orders
+        self.fed_clicks += clicks
+        self.say(f"wrote orders/ files {', '.join(map(str, orders))} and clicks/inputs/ files "
+                 f"{', '.join(map(str, clicks))}")
+
+    def shared_outputs(self) -> tuple[str | None, str | None, str | None]:
+        return self.ns.read(TIERS_OUTPUT), self.ns.read(TIERS_CHANGES), self.ns.read(CLICKS_OUTPUT)
+
+    def shared_exact(self) -> dict[str, bool]:
+        """Each reader's output against a plain computation over the orders and clicks fed."""
+        tiers, changes, clicks = self.shared_outputs()
+        return {"tiers": (shared_tables.folded_tiers(tiers) == shared_tables.expected_tiers(self.fed_orders)
+                          and shared_tables.folded_customers(changes)
+                          == shared_tables.expected_customers(self.fed_orders)),
+                "clicks": shared_tables.clicks_multiset(clicks) == shared_tables.expected_clicks(self.fed_clicks)}
+
+    def wait_for_shared(self) -> None:
+        began = time.monotonic()
+        story.wait_for("both readers' outputs to include every order and click",
+                       lambda: all(self.shared_exact().values()), WAIT, progress=self.progress)
+        self.progress(force=True)
+        self.say(f"the readers caught up with the input in {time.monotonic() - began:.0f}s")
+
+    def table(self) -> dict[str, Any]:
+        found: dict[str, Any] = (self.ns.status(PUBLISHER).get("tables") or {}).get(TABLE) or {}
+        return found
+
+    def holders(self) -> list[dict[str, Any]]:
+        holders: list[dict[str, Any]] = self.table().get("holders") or []
+        return holders
+
+    def say_table(self) -> None:
+        t = self.table()
+        self.say(f"{PUBLISHER}'s status.tables.{TABLE}: version {t.get('version')}, {t.get('rows')} rows, "
+                 f"{t.get('bytes')} bytes, compaction frontier {t.get('compactionFrontier')}")
+        for h in self.holders():
+            self.say(f"  holder {h['reader']} ({h['kind']}): at version {h['version']}, behind by {h['behind']}"
+                     f"{', blocks compaction' if h.get('blocking') else ''}")
 
     def install(self) -> None:
         for namespace in (SYSTEM, NAMESPACE):  # both enforce Pod Security "restricted"
@@ -201,27 +297,28 @@ class Demo:
     def progress(self, force: bool = False) -> None:
         """One line per change of what the pipelines show (or every 20 s while waiting)."""
         parts = []
-        for name, output in PIPELINES:
+        for name, output in self.watching:
             status = self.ns.status(name)
             batch = story.checkpoint_of(status).get("batch")
+            lines = f", {story.line_count(self.ns.read(output))} output lines" if output else ""
             parts.append(f"{name}: {status.get('phase', '-')}, epoch {story.epoch_of(status) or '-'}, "
-                         f"batch {'-' if batch is None else batch}, {story.line_count(self.ns.read(output))} output lines")
+                         f"batch {'-' if batch is None else batch}{lines}")
         line = " | ".join(parts)
         now = time.monotonic()
         if force or line != self._last_progress or now - self._last_progress_at > 20:
             print(f"    [{self.elapsed()}] {line}", flush=True)
             self._last_progress, self._last_progress_at = line, now
 
-    def crash(self) -> None:
-        for name, output in PIPELINES:
+    def crash(self, pipelines: tuple[tuple[str, str | None], ...]) -> None:
+        for name, output in pipelines:
             status = self.ns.status(name)
             self.facts[name] = {"epoch_before": story.epoch_of(status),
                                 "batch_before": story.checkpoint_of(status).get("batch"),
-                                "lines_before": story.line_count(self.ns.read(output))}
+                                "lines_before": story.line_count(self.ns.read(output)) if output else None}
             self.say(self.target.kill_container(NAMESPACE, f"{name}-driver", "driver"))
 
-    def wait_for_relaunch(self) -> None:
-        for name, _ in PIPELINES:
+    def wait_for_relaunch(self, pipelines: tuple[tuple[str, str | None], ...]) -> None:
+        for name, _ in pipelines:
             def relaunched(n: str = name) -> bool:
                 return bool(self.ns.driver(n)) and (self.ns.epoch(n) or 0) >= 2
 
@@ -245,7 +342,8 @@ class Demo:
         exact = {"wordcount": story.folded_counts(words) == counts,
                  "components": story.folded_labels(components) == labels,
                  "kafkacount": story.folded_counts(kafka_words) == counts}
-        metrics = _metric_lines("persistent_pipeline_restarts_total") + _metric_lines("persistent_pipeline_source_lag")
+        metrics = (_metric_lines("persistent_pipeline_restarts_total") + _metric_lines("persistent_pipeline_source_lag")
+                   + _metric_lines("persistent_pipeline_table_version") + _metric_lines("persistent_pipeline_table_holder_lag_versions"))
         total_words = sum(len(WORD_FILES[f]) for f in self.fed_words)
         print(f"\n=== summary: the whole story in {self.elapsed()} ===")
         for name, output, fed, table in (
@@ -267,6 +365,7 @@ class Demo:
                 checkpoint = story.checkpoint_of(status)
                 print(f"  committed offsets: {json.dumps(checkpoint.get('offsets', {}), sort_keys=True)}; "
                       f"lag: {json.dumps(checkpoint.get('lag', {}), sort_keys=True)}")
+        exact.update(self.shared_summary())
         if metrics:
             print("operator metrics: " + "; ".join(metrics))
         print(self.target.kubectl("get", "ppl", "-n", NAMESPACE, "-o", "wide").rstrip())
@@ -276,10 +375,33 @@ class Demo:
         if not all(exact.values()):
             raise SystemExit("the outputs differ from a recomputation over the input")
         # One kill, one relaunch: any other restart is a failure the story did not cause.
-        extra = {name: self.ns.status(name)["restarts"]["total"] for name, _ in PIPELINES}
-        if any(n != 1 for n in extra.values()):
-            raise SystemExit(f"each driver was killed once, but the restarts are {extra}: see the pipelines' "
-                             "Events and lastFailure")
+        killed = {name: 1 for name, _ in PIPELINES} | {PUBLISHER: 1, "tiers": 1, "clicks": 0}
+        extra = {name: (self.ns.status(name).get("restarts") or {}).get("total", 0) for name in killed}
+        if extra != killed:
+            raise SystemExit(f"the restarts should be {killed} (a kill -9 each), but they are {extra}: see the "
+                             "pipelines' Events and lastFailure")
+
+
+    def shared_summary(self) -> dict[str, bool]:
+        """The shared-table chapter's lines of the summary; whether each reader's output is exact."""
+        exact, t = self.shared_exact(), self.table()
+        tiers, changes, clicks = self.shared_outputs()
+        print(f"{PUBLISHER} (publishes {TABLE}):")
+        print(f"  epoch {self.facts[PUBLISHER]['epoch_before']} -> {self.ns.epoch(PUBLISHER)}; "
+              f"Resumed: {self.facts[PUBLISHER]['resumed']}")
+        print(f"  input: {len(self.fed_orders)} order files; the table at version {t.get('version')}: {t.get('rows')} "
+              f"customers, {t.get('bytes')} bytes, compaction frontier {t.get('compactionFrontier')}; holders: "
+              + ", ".join(f"{h['reader']} at v{h['version']}" for h in self.holders()))
+        print("tiers (reads the table's changes):")
+        print(f"  epoch {self.facts['tiers']['epoch_before']} -> {self.ns.epoch('tiers')}; "
+              f"Resumed: {self.facts['tiers']['resumed']}")
+        print(f"  the changes fold to {len(shared_tables.folded_customers(changes))} customers and "
+              f"{len(shared_tables.folded_tiers(tiers))} tiers, no row duplicated or missing; equal to a plain "
+              f"recomputation over all orders: {'yes' if exact['tiers'] else 'NO'}")
+        print("clicks (looks the table up):")
+        print(f"  {story.line_count(clicks)} clicks of {len(self.fed_clicks)} files enriched with the region at "
+              f"their batch's version; equal to a plain join: {'yes' if exact['clicks'] else 'NO'}")
+        return exact
 
 
 def remove_demo(target: LocalTarget) -> None:
@@ -290,7 +412,7 @@ def remove_demo(target: LocalTarget) -> None:
         try:
             target.kubectl("delete", "ppl", "--all", "-n", NAMESPACE, "--timeout=120s")
         except RuntimeError:  # no operator left to release the finalizers
-            for name, _ in PIPELINES:
+            for name, _ in PIPELINES + SHARED:
                 target.kubectl("patch", "ppl", name, "-n", NAMESPACE, "--type=merge",
                                "-p", '{"metadata":{"finalizers":null}}', check=False)
     if target.helm("list", "-n", SYSTEM, "-q", "--filter", f"^{RELEASE}$").strip():

@@ -4,6 +4,10 @@
     python -m spark_app inspect URI [--json]        the latest commit stored at URI, and any damage
     python -m spark_app repair URI [--yes]          fall back from damaged state where that is safe
     python -m spark_app reset URI --yes             delete the stored state at URI
+    python -m spark_app tables URI [--json]         the shared tables a state root publishes: versions, holds
+    python -m spark_app tables release --reader NS/NAME [URI...]
+                                                    drop a deleted reader's holds (default: the tables of
+                                                    $SPARK_APP_TABLE_INPUTS, as the operator injects them)
 """
 
 from __future__ import annotations
@@ -38,7 +42,23 @@ def main(argv: list[str] | None = None) -> int:
             sub.add_argument("--sizes", action="store_true", help="also sum the stored bytes (lists everything)")
         else:
             sub.add_argument("--yes", action="store_true", help="really change the stored state")
-    options = parser.parse_args(argv)
+    tables = commands.add_parser("tables", help="shared tables: their versions and holds, or release holds")
+    tables.add_argument("action", nargs="?", choices=["show", "release"], default="show")
+    tables.add_argument("uris", nargs="*", help="a publisher's state root (show) or tables' folders (release)")
+    tables.add_argument("--reader", help="namespace/pipeline whose holds to release")
+    tables.add_argument("--json", action="store_true")
+    tables.add_argument("--endpoint-url", default=os.environ.get(contract.S3_ENDPOINT))
+    tables.add_argument("--region", default=os.environ.get(contract.S3_REGION))
+    options, extra = parser.parse_known_args(argv)
+    # `tables release --reader NS/NAME URI...`: argparse matches both positionals (the action
+    # and the URIs, which may be none) before the option, so URIs after it come back unparsed
+    # (bpo-14191; parse_intermixed_args does not take subcommands). They are the URIs.
+    if extra and options.command == "tables" and not any(e.startswith("-") for e in extra):
+        options.uris, extra = [*options.uris, *extra], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if options.command == "tables":
+        return _tables(options)
     if options.command == "run":
         from spark_app.entrypoint import run_pipeline
 
@@ -63,6 +83,32 @@ def _inspect(metadata: Backend, snapshots: Backend, as_json: bool, sizes: bool) 
         print(f"cannot read {metadata.root}: {error}", file=sys.stderr)
         return contract.EXIT_MISCONFIGURED
     print(json.dumps(report, indent=2, sort_keys=True) if as_json else render(report))
+    return 0
+
+
+def _tables(options: argparse.Namespace) -> int:
+    from spark_app.state.inspect import describe_tables, inspect_tables, release_holds
+
+    def backend(uri: str) -> Backend:
+        return Backend.from_uri(uri, endpoint_url=options.endpoint_url, region=options.region)
+
+    if options.action == "show":
+        if len(options.uris) != 1:
+            print("tables show takes one state root", file=sys.stderr)
+            return contract.EXIT_MISCONFIGURED
+        report = inspect_tables(backend(options.uris[0]).storage())
+        print(json.dumps(report, indent=2, sort_keys=True) if options.json else describe_tables(report))
+        return 0
+    if not options.reader or options.reader.count("/") != 1:
+        print("tables release needs --reader NAMESPACE/PIPELINE", file=sys.stderr)
+        return contract.EXIT_MISCONFIGURED
+    environment = contract.DriverEnvironment.from_env(os.environ)
+    folders = [backend(uri) for uri in options.uris] or [
+        Backend.from_uri(i.uri, options=i.s3) for i in environment.table_inputs]
+    keys = {i.uri: environment.table_keys.get(i.credentials) for i in environment.table_inputs}
+    released = release_holds(folders, options.reader, keys)
+    for line in released:
+        print(line)
     return 0
 
 

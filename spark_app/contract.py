@@ -47,6 +47,14 @@ LIVE_SETTINGS_ANNOTATION, which the kubelet rewrites when the operator changes i
 LIVE_SETTINGS_ANNOTATION = "sparkapp.dev/live-settings"
 EXECUTOR_CONTAINER = "executor"
 """The container of EXECUTOR_POD_TEMPLATE that Spark turns into the executor's."""
+TABLE_INPUTS = "SPARK_APP_TABLE_INPUTS"
+"""A reader's shared tables (spec.inputs), resolved by the operator: a JSON list of
+``TableInput`` (where each table is reached; never credentials)."""
+TABLES = "SPARK_APP_TABLES"
+"""A publisher's table settings (spec.tables): a JSON object of ``TableSettings`` by name."""
+TABLE_CREDENTIALS_PREFIX = "SPARK_APP_TABLE_"
+"""A table input with S3 credentials of its own gets them as ``SPARK_APP_TABLE_<n>_AWS_*``
+variables, filled from the reader's own Secret with secretKeyRef."""
 # The Kafka connection of spec.kafka: what sa.io.kafka reaches when a pipeline names no
 # broker itself. The SASL username and password come only as secretKeyRef (never values).
 KAFKA_BOOTSTRAP_SERVERS = "SPARK_APP_KAFKA_BOOTSTRAP_SERVERS"
@@ -99,6 +107,8 @@ ALL = (
     POD_NAME,
     POD_NAMESPACE,
     EXECUTOR_POD_TEMPLATE,
+    TABLE_INPUTS,
+    TABLES,
     LIVE_SETTINGS_FILE,
     KAFKA_BOOTSTRAP_SERVERS,
     KAFKA_SECURITY_PROTOCOL,
@@ -128,6 +138,11 @@ EXIT_STORAGE_UNAVAILABLE = 5
 """The state's storage stayed unreachable for longer than the driver's outage budget. A
 transient condition: the operator relaunches with capped backoff, without counting it as
 a failure, until storage is back."""
+
+EXIT_TABLE_VERSIONS_GONE = 6
+"""A shared table this reader reads no longer holds the versions it needs (its hold was
+broken for being older than the table's maximum hold age, or released): retrying cannot
+help; the reader must be rebuilt from empty state (a reset), which reads the table afresh."""
 
 TERMINATION_LOG = "/dev/termination-log"
 """Where a driver writes its final one-line message (Kubernetes' terminationMessagePath)."""
@@ -256,6 +271,86 @@ class KafkaConnection:
 
 
 @dataclass(frozen=True)
+class S3Keys:
+    """S3 credentials read from a driver's environment (where secretKeyRef put them);
+    never printed."""
+
+    access_key_id: str = field(repr=False)
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], prefix: str) -> S3Keys | None:
+        key_id, secret = environ.get(prefix + AWS_ACCESS_KEY_ID), environ.get(prefix + AWS_SECRET_ACCESS_KEY)
+        if not key_id or not secret:
+            return None
+        return cls(key_id, secret, environ.get(prefix + AWS_SESSION_TOKEN) or None)
+
+
+@dataclass(frozen=True)
+class TableInput:
+    """A shared table a reader reads, as the operator resolved it from spec.inputs."""
+
+    table: str
+    """namespace/pipeline/name."""
+    uri: str
+    """The table's folder as the driver reaches it: a path (the publisher's claim, mounted)
+    or s3://bucket/prefix/tables/name."""
+    s3: S3Options = field(default_factory=S3Options)
+    credentials: str = ""
+    """The prefix of the variables holding this table's own S3 credentials (TABLE_CREDENTIALS_PREFIX
+    + index + '_'), or "" to reach it as the driver reaches its own state."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "uri": self.uri, "s3": asdict(self.s3), "credentials": self.credentials}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> TableInput:
+        return cls(table=str(value["table"]), uri=str(value["uri"]), s3=S3Options(**(value.get("s3") or {})),
+                   credentials=str(value.get("credentials") or ""))
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """What a publisher's spec.tables says of one of its tables."""
+
+    max_hold_age_seconds: int | None = None
+    """A reader's hold behind for longer than this is broken (None: holds are kept for ever)."""
+
+
+def table_inputs_from_env(environ: Mapping[str, str]) -> tuple[TableInput, ...]:
+    raw = environ.get(TABLE_INPUTS)
+    if not raw:
+        return ()
+    try:
+        value = json.loads(raw)
+        return tuple(TableInput.from_json(item) for item in value)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ContractError(f"{TABLE_INPUTS} is not a JSON list of table inputs: {error}") from None
+
+
+def table_settings_from_env(environ: Mapping[str, str]) -> dict[str, TableSettings]:
+    raw = environ.get(TABLES)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+        return {str(name): TableSettings(max_hold_age_seconds=_optional_int(item.get("max_hold_age_seconds")))
+                for name, item in value.items()}
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ContractError(f"{TABLES} is not a JSON object of table settings: {error}") from None
+
+
+def tables_to_env(inputs: tuple[TableInput, ...], settings: Mapping[str, TableSettings]) -> dict[str, str]:
+    env = {}
+    if inputs:
+        env[TABLE_INPUTS] = json.dumps([i.to_json() for i in inputs], sort_keys=True)
+    if settings:
+        env[TABLES] = json.dumps({n: asdict(s) for n, s in sorted(settings.items())}, sort_keys=True)
+    return env
+
+
+@dataclass(frozen=True)
 class InjectedConfig:
     """Everything the operator tells a driver, as plain values."""
 
@@ -281,6 +376,10 @@ class InjectedConfig:
     """The default bound of a file source's batch in files (a source may set its own)."""
     max_bytes_per_trigger: int | None = None
     """The default bound of a file source's batch in bytes."""
+    table_inputs: tuple[TableInput, ...] = ()
+    """The shared tables this pipeline reads (spec.inputs)."""
+    tables: Mapping[str, TableSettings] = field(default_factory=dict)
+    """Settings of the tables this pipeline publishes (spec.tables)."""
 
     def to_env(self) -> dict[str, str]:
         env = {
@@ -301,6 +400,7 @@ class InjectedConfig:
                             (MAX_BYTES_PER_TRIGGER, self.max_bytes_per_trigger)):
             if value is not None:
                 env[name] = str(value)
+        env.update(tables_to_env(self.table_inputs, self.tables))
         return env
 
     @classmethod
@@ -323,6 +423,8 @@ class InjectedConfig:
             outage_budget_seconds=_positive_int(environ, OUTAGE_BUDGET_SECONDS, default=None),
             max_files_per_trigger=_positive_int(environ, MAX_FILES_PER_TRIGGER, default=None),
             max_bytes_per_trigger=_positive_int(environ, MAX_BYTES_PER_TRIGGER, default=None),
+            table_inputs=table_inputs_from_env(environ),
+            tables=table_settings_from_env(environ),
         )
 
 
@@ -369,6 +471,11 @@ class DriverEnvironment:
     spark_log_level: str = "WARN"
     pod_name: str | None = None
     pod_namespace: str | None = None
+    table_inputs: tuple[TableInput, ...] = ()
+    """The shared tables the operator resolved for this reader."""
+    table_keys: Mapping[str, S3Keys] = field(default_factory=dict)
+    """A table input's own S3 credentials, by its ``credentials`` prefix."""
+    tables: Mapping[str, TableSettings] = field(default_factory=dict)
     kafka: KafkaConnection | None = None
     """The Kafka cluster of spec.kafka, credentials included; None if none was given."""
     live_settings_file: str | None = None
@@ -376,6 +483,9 @@ class DriverEnvironment:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> DriverEnvironment:
         injected = InjectedConfig.from_env(environ) if environ.get(METADATA_URI) else None
+        inputs = table_inputs_from_env(environ)
+        keys = {i.credentials: k for i in inputs if i.credentials
+                if (k := S3Keys.from_env(environ, i.credentials)) is not None}
         return cls(
             injected=injected,
             epoch=_positive_int(environ, EPOCH, default=None),
@@ -386,6 +496,9 @@ class DriverEnvironment:
             spark_log_level=environ.get(SPARK_LOG_LEVEL) or "WARN",
             pod_name=environ.get(POD_NAME) or None,
             pod_namespace=environ.get(POD_NAMESPACE) or None,
+            table_inputs=inputs,
+            table_keys=keys,
+            tables=table_settings_from_env(environ),
             kafka=KafkaConnection.from_env(environ),
             live_settings_file=environ.get(LIVE_SETTINGS_FILE) or None,
         )
@@ -452,6 +565,41 @@ class QueryReport:
 
 
 @dataclass(frozen=True)
+class HolderReport:
+    """A reader's hold on a published table, as its publisher sees it."""
+
+    reader: str
+    """namespace/pipeline/persistent id."""
+    kind: str
+    """changelog or lookup."""
+    version: int
+    """The oldest version the reader may still need."""
+    behind: int = 0
+    """Versions the reader has not consumed yet."""
+    age_s: float | None = None
+    """How long the oldest version it has not consumed has existed (0: current)."""
+    broken: bool = False
+    """Broken for being older than the table's maximum hold age."""
+    blocking: bool = False
+    """Its hold is what keeps the table's compaction from going further."""
+
+
+@dataclass(frozen=True)
+class TableReport:
+    """A published table, as its publisher reports it."""
+
+    version: int | None = None
+    """The latest committed version."""
+    rows: int | None = None
+    bytes: int | None = None
+    """What the table's folder holds (data, change data and log), as of the last compaction."""
+    frontier: int | None = None
+    """The oldest version the last compaction kept whole."""
+    compacted_ms: int | None = None
+    holders: tuple[HolderReport, ...] = ()
+
+
+@dataclass(frozen=True)
 class BackfillReport:
     """A table source's backfill: rows read of the table's, how fast, how long to go."""
 
@@ -507,6 +655,8 @@ class DriverReport:
     reported_at: float | None = None
     """When it was sent (seconds since the epoch); stamped by the sender."""
     queries: Mapping[str, QueryReport] = field(default_factory=dict)
+    tables: Mapping[str, TableReport] = field(default_factory=dict)
+    """The tables this driver publishes."""
     backfills: Mapping[str, BackfillReport] = field(default_factory=dict)
     """persistent_id -> the backfill of a table source."""
 
@@ -525,6 +675,8 @@ class DriverReport:
             "epoch": self.epoch, "stored_epoch": self.stored_epoch, "state": self.state,
             "queries": {name: asdict(q) for name, q in self.queries.items()},
         }
+        if self.tables:
+            body["tables"] = {name: asdict(t) for name, t in self.tables.items()}
         if self.backfills:
             body["backfills"] = {pid: asdict(b) for pid, b in self.backfills.items()}
         if self.reported_at is not None:
@@ -540,10 +692,11 @@ class DriverReport:
         try:
             raw = json.loads(text)
             queries = {str(name): _query_report(q) for name, q in (raw.get("queries") or {}).items()}
+            tables = {str(name): _table_report(t) for name, t in (raw.get("tables") or {}).items()}
             backfills = {str(pid): _backfill_report(b) for pid, b in (raw.get("backfills") or {}).items()}
             return cls(epoch=_optional_int(raw.get("epoch")), stored_epoch=_optional_int(raw.get("stored_epoch")),
                        state=str(raw.get("state") or "starting"), reported_at=int(raw["reported_ms"]) / 1000,
-                       queries=queries, backfills=backfills)
+                       queries=queries, backfills=backfills, tables=tables)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -557,6 +710,18 @@ def _query_report(raw: Mapping[str, Any]) -> QueryReport:
         file_problems=int(raw.get("file_problems") or 0), iterate=raw.get("iterate"),
         input_rows_per_s=None if rate is None else float(rate), lag=_lag(raw.get("lag")),
     )
+
+
+def _table_report(raw: Mapping[str, Any]) -> TableReport:
+    holders = tuple(
+        HolderReport(reader=str(h["reader"]), kind=str(h.get("kind") or ""), version=int(h["version"]),
+                     behind=int(h.get("behind") or 0),
+                     age_s=None if h.get("age_s") is None else float(h["age_s"]),
+                     broken=bool(h.get("broken")), blocking=bool(h.get("blocking")))
+        for h in raw.get("holders") or [])
+    return TableReport(version=_optional_int(raw.get("version")), rows=_optional_int(raw.get("rows")),
+                       bytes=_optional_int(raw.get("bytes")), frontier=_optional_int(raw.get("frontier")),
+                       compacted_ms=_optional_int(raw.get("compacted_ms")), holders=holders)
 
 
 def _lag(raw: Any) -> dict[str, dict[str, dict[str, int]]]:

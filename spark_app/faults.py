@@ -47,13 +47,16 @@ IN_LOG_COMPACTION = "in-log-compaction"
 """Halfway through deleting the metadata log's old entries."""
 IN_INDEX_COMPACTION = "in-index-compaction"
 """A file index's new base is stored; the segments it replaces are not deleted yet."""
+IN_TABLE_COMPACTION = "in-table-compaction"
+"""Halfway through deleting what a shared table's compaction found no hold needs (its
+frontier is recorded)."""
 IN_RECOVERY = "in-recovery"
 """A query's outputs are aligned with the last commit (redo and cut-off done); the query
 has not started."""
 
 BATCH_POINTS = (AFTER_OUTPUT, AFTER_COMMIT, AFTER_PUBLISH, AFTER_SNAPSHOT_WRITE, AFTER_SNAPSHOT_COMMIT,
                 IN_ITERATION, IN_KAFKA_TRANSACTION, AFTER_KAFKA_COMMIT)
-COUNTED_POINTS = (IN_STORAGE_WRITE, IN_LOG_COMPACTION, IN_INDEX_COMPACTION, IN_RECOVERY)
+COUNTED_POINTS = (IN_STORAGE_WRITE, IN_LOG_COMPACTION, IN_INDEX_COMPACTION, IN_RECOVERY, IN_TABLE_COMPACTION)
 
 _reached: dict[str, int] = {}
 _lock = threading.Lock()

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from spark_app.contract import InjectedConfig, S3Options
+from spark_app.contract import InjectedConfig, S3Keys, S3Options
 from spark_app.storage import FilesystemStorage, RetryingStorage, RetryPolicy, S3Location, S3Storage, Storage
+from spark_app.storage.s3 import client_with_keys
 
 DEFAULT_SNAPSHOT_INTERVAL_MS = 10_000
 _DEFAULT_RETRY = RetryPolicy()
@@ -63,6 +64,10 @@ class Backend:
             return Backend.s3(uri, endpoint_url=endpoint_url, region=region, path_style=path_style, options=options)
         return Backend.filesystem(uri.removeprefix("file://"))
 
+    def child(self, path: str) -> Backend:
+        """The backend of a folder below this one's root."""
+        return Backend(kind=self.kind, root=f"{self.root.rstrip('/')}/{path.strip('/')}", s3_options=self.s3_options)
+
     @property
     def endpoint_url(self) -> str | None:
         return self.s3_options.endpoint
@@ -75,13 +80,16 @@ class Backend:
     def path_style(self) -> bool:
         return self.s3_options.path_style_addressing
 
-    def storage(self, retry: RetryPolicy = _DEFAULT_RETRY) -> Storage:
-        """The storage client for this backend, retrying transient failures."""
+    def storage(self, retry: RetryPolicy = _DEFAULT_RETRY, keys: S3Keys | None = None) -> Storage:
+        """The storage client for this backend, retrying transient failures. ``keys``: S3
+        credentials of its own (a shared table's), instead of the standard AWS chain."""
         inner: Storage
         if self.kind == "s3":
             location = S3Location.parse(self.root, endpoint_url=self.endpoint_url, region=self.region,
                                         path_style=self.path_style)
-            inner = S3Storage(location)
+            client = None if keys is None else client_with_keys(
+                location, keys.access_key_id, keys.secret_access_key, keys.session_token)
+            inner = S3Storage(location, client=client)
         else:
             inner = FilesystemStorage(self.root)
         return RetryingStorage(inner, retry)

@@ -76,8 +76,10 @@ def spark_conf(spec: PipelineSpec, epoch: int) -> dict[str, str]:
     return conf
 
 
-def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> InjectedConfig:
-    """What the driver reads with spark_app.persistence.Config.from_env()."""
+def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str,
+                    tables: tuple[contract.TableInput, ...] = ()) -> InjectedConfig:
+    """What the driver reads with spark_app.persistence.Config.from_env(); ``tables``: the
+    shared tables it reads, as pipeline_operator.policy.resolve_inputs found them."""
     backend = spec.persistence.backend
     s3 = backend if isinstance(backend, S3Backend) else None
     return InjectedConfig(
@@ -92,10 +94,13 @@ def injected_config(spec: PipelineSpec, *, epoch: int, state_root: str) -> Injec
         outage_budget_seconds=spec.persistence.outage_budget_seconds,
         max_files_per_trigger=spec.application.max_files_per_trigger,
         max_bytes_per_trigger=spec.application.max_bytes_per_trigger,
+        table_inputs=tables,
+        tables={t.name: contract.TableSettings(max_hold_age_seconds=t.max_hold_age_seconds) for t in spec.tables},
     )
 
 
-def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDict) -> JsonDict:
+def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDict,
+               tables: tuple[contract.TableInput, ...] = ()) -> JsonDict:
     """The driver pod of one epoch. restartPolicy Never: the operator, not the kubelet,
     decides on relaunches, each with a new epoch."""
     app = spec.application
@@ -110,7 +115,7 @@ def driver_pod(spec: PipelineSpec, *, epoch: int, state_root: str, owner: JsonDi
         *podsecurity.scratch_env(),
         *(dict(var) for var in spec.driver.env),
         *({"name": k, "value": v}
-          for k, v in injected_config(spec, epoch=epoch, state_root=state_root).to_env().items()),
+          for k, v in injected_config(spec, epoch=epoch, state_root=state_root, tables=tables).to_env().items()),
     ]
     env.append({"name": contract.LIVE_SETTINGS_FILE,
                 "value": f"{names.LIVE_SETTINGS_MOUNT_PATH}/{names.LIVE_SETTINGS_FILE_NAME}"})
@@ -212,24 +217,37 @@ def driver_service(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
     }
 
 
-def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict) -> JsonDict:
-    """Deletes the pipeline's stored state (every reset and generation below its base) with
-    the runtime's own `spark_app reset`, in a pod so that it can reach a claim the
-    operator does not mount, with the same Secret references as the driver."""
+def cleanup_pod(spec: PipelineSpec, *, owner: JsonDict, tables: tuple[contract.TableInput, ...] = ()) -> JsonDict:
+    """What a deleted pipeline leaves to do, with the runtime's own commands, in a pod so
+    that it can reach a claim the operator does not mount, with the same Secret references
+    as the driver: release its holds on the shared ``tables`` it read (`spark_app tables
+    release`), then, with onDelete: Delete, delete its stored state (every reset and
+    generation below its base, `spark_app reset`)."""
     env = [*_credential_env(spec), *_s3_env(spec)]
     template = {"spec": {k: v for k, v in dict(spec.driver.pod_template).get("spec", {}).items()
                          if k not in ("containers", "initContainers")}}
-    under = merge(podsecurity.restricted_base(template, names.CLEANUP_CONTAINER), template)
+
+    def container(name: str, args: list[str], extra_env: list[JsonDict]) -> JsonDict:
+        return {"name": name, "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
+                "args": ["python", "-m", "spark_app", *args], "env": [*env, *extra_env],
+                "volumeMounts": _state_mounts(spec)}
+
+    steps = []
+    if tables:
+        steps.append(container(names.RELEASE_CONTAINER, ["tables", "release", "--reader", spec.pipeline],
+                               [{"name": k, "value": v} for k, v in contract.tables_to_env(tables, {}).items()]))
+    if spec.persistence.on_delete == "Delete" or not tables:
+        steps.append(container(names.CLEANUP_CONTAINER, ["reset", uri_in_pod(spec.persistence.base_uri), "--yes"],
+                               []))
+    under = merge(podsecurity.restricted_base(template, steps[-1]["name"]), template)
+    for step in steps[:-1]:
+        step["securityContext"] = podsecurity.container_security_context()
+        step["volumeMounts"] = [*step["volumeMounts"], *podsecurity.scratch_mounts()]
     pod_spec: JsonDict = {
         "restartPolicy": "OnFailure",
-        "containers": [{
-            "name": names.CLEANUP_CONTAINER,
-            "image": spec.image,
-            "imagePullPolicy": spec.image_pull_policy,
-            "args": ["python", "-m", "spark_app", "reset", uri_in_pod(spec.persistence.base_uri), "--yes"],
-            "env": env,
-            "volumeMounts": _state_mounts(spec),
-        }],
+        # One step after the other: the holds go first, then the state that named them.
+        **({"initContainers": steps[:-1]} if len(steps) > 1 else {}),
+        "containers": steps[-1:],
         "volumes": _state_volumes(spec),
     }
     if spec.driver.service_account_name:

@@ -30,6 +30,7 @@ from pipeline_operator.memory import (
     Restart,
     bounded_backfills,
     bounded_queries,
+    bounded_tables,
     truncate,
 )
 from pipeline_operator.observe import BackfillReport, DriverPod, DriverReport, format_time
@@ -66,6 +67,9 @@ class Observed:
     problems: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     """Prerequisites (Secret, claim, service account) not found; looked up only when no driver runs."""
+    waiting: tuple[str, ...] = ()
+    """Shared tables of spec.inputs that cannot be read yet (absent, not granted, no version);
+    looked up only when no driver runs."""
     root_taken_by: str = ""
     """Another PersistentPipeline whose state root is this one's, or holds or lies inside it
     (its namespace/name); looked up only when no driver runs."""
@@ -161,20 +165,28 @@ def _deleting(o: Observed, t: Tunables) -> Decision:
     if d is not None:
         return _step(o, m, "Deleting", f"waiting for driver pod {d.name} to terminate", requeue=t.poll_seconds)
     root = m.state_root or (spec.persistence.base_uri if spec else "")
-    if spec is None or spec.persistence.on_delete == "Retain":
+    releasing = spec is not None and bool(spec.table_inputs)
+    if spec is None or (spec.persistence.on_delete == "Retain" and not releasing):
         return _step(o, m, "Deleting", "state retained", action=Release(), events=(_normal(
             "StateRetained", f"the state is kept at {root or 'its storage'} (onDelete: Retain); a "
             "PersistentPipeline with the same persistence settings resumes from it"),))
     base = spec.persistence.base_uri
+    deleting = spec.persistence.on_delete == "Delete"
+    work = ("releasing its holds on shared tables" if releasing else "") + (
+        (" and " if releasing else "") + f"deleting the state at {base}" if deleting else "")
     if o.cleanup_phase is None:
-        return _step(o, m, "Deleting", f"deleting the state at {base}", action=CreateCleanup(),
-                     events=(_normal("StateCleanup", f"deleting the state at {base} (onDelete: Delete)"),),
+        return _step(o, m, "Deleting", work, action=CreateCleanup(),
+                     events=(_normal("StateCleanup", f"{work} (onDelete: {spec.persistence.on_delete})"),),
                      requeue=t.poll_seconds)
     if o.cleanup_phase == "Succeeded":
-        return _step(o, m, "Deleting", "state deleted", action=Release(),
-                     events=(_normal("StateDeleted", f"deleted the state at {base}"),))
-    return _step(o, m, "Deleting", f"waiting for the state cleanup pod ({o.cleanup_phase}); set "
-                                   "spec.persistence.onDelete to Retain to finish without it",
+        done = ("released its holds on shared tables" if releasing else "") + (
+            ("; " if releasing else "") + f"deleted the state at {base}" if deleting else
+            f"; the state is kept at {root} (onDelete: Retain)")
+        return _step(o, m, "Deleting", done, action=Release(),
+                     events=(_normal("StateDeleted" if deleting else "HoldsReleased", done),))
+    return _step(o, m, "Deleting", f"waiting for the cleanup pod ({o.cleanup_phase}) {work}; delete that pod's "
+                                   "owner's finalizer only once it is done, or holds stay until the "
+                                   "publisher's maxHoldAgeSeconds breaks them",
                  requeue=t.poll_seconds * 2)
 
 
@@ -298,6 +310,12 @@ def _no_driver(o: Observed, spec: PipelineSpec, m: Memory, t: Tunables) -> Decis
         events = () if m.announced_problem == problem else (_warning("InvalidSpec", problem),)
         return _step(o, replace(m, announced_problem=problem), "Invalid", f"cannot launch the driver: {problem}",
                      events=events, requeue=t.recheck_seconds)
+    if o.waiting:
+        problem = truncate("; ".join(o.waiting))
+        events = () if m.announced_problem == problem else (_normal("WaitingForTable", problem),)
+        return _step(o, replace(m, announced_problem=problem), "Pending", f"waiting for shared tables: {problem}",
+                     events=events, requeue=t.recheck_seconds,
+                     progressing=Condition("Progressing", "False", "WaitingForTable", problem))
     failure = m.last_failure if m.last_failure and m.next_launch_reason == m.last_failure.reason else None
     fixed = failure is not None and failure.generation != o.generation  # a spec change cuts the backoff
     if m.next_launch_at is not None and o.now < m.next_launch_at and not fixed:
@@ -408,6 +426,8 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
         last = report.last_commit_ms  # type: ignore[union-attr]
         m = replace(m, checkpoint=Checkpoint(time=last / 1000 if last else None, epoch=d.epoch,
                                              queries=bounded_queries(report.queries)))  # type: ignore[union-attr]
+    if fresh and report.tables:  # type: ignore[union-attr]
+        m = replace(m, tables=bounded_tables(report.tables))  # type: ignore[union-attr]
     if fresh and report.backfills:  # type: ignore[union-attr]
         m, backfill_events = _follow_backfills(o, m, report.backfills, t)  # type: ignore[union-attr]
         events_list.extend(backfill_events)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline_operator.observe import BackfillReport, QueryReport
+from spark_app.contract import TableReport
 
 RECENT_RESTARTS = 5
 MAX_QUERIES = 10
@@ -131,11 +132,38 @@ class Memory:
     """When ``backfills`` was last taken from a report (they follow at most every
     checkpoint_refresh_seconds, or at once when one starts, pauses, resumes or finishes)."""
 
+    tables: Mapping[str, TableReport] = field(default_factory=dict)
+    """The shared tables the driver publishes, as it last reported them (at most MAX_TABLES,
+    each with at most MAX_HOLDERS holders)."""
+
     def describe_backfills(self) -> str:
         """One line for kubectl get -o wide: "accounts 37.5% 1.2k rows/s ETA 4m, users done"."""
         if len(self.backfills) == 1:
             return next(iter(self.backfills.values())).describe()
         return ", ".join(f"{pid} {b.describe()}" for pid, b in sorted(self.backfills.items()))
+
+
+MAX_TABLES = 20
+MAX_HOLDERS = 20
+
+
+def bounded_tables(tables: Mapping[str, TableReport]) -> dict[str, TableReport]:
+    """At most MAX_TABLES tables, each with its MAX_HOLDERS furthest-behind holders: the
+    status stays bounded however many readers a table has."""
+    return {name: replace(t, holders=tuple(sorted(t.holders, key=lambda h: (-h.behind, h.reader))[:MAX_HOLDERS]))
+            for name, t in sorted(tables.items())[:MAX_TABLES]}
+
+
+def describe_tables(tables: Mapping[str, TableReport]) -> str:
+    """For the printer column: "customers v42 2 readers (1 behind by 3)"."""
+    parts = []
+    for name, t in sorted(tables.items()):
+        behind = [h for h in t.holders if h.behind]
+        text = f"{name} v{t.version if t.version is not None else '-'} {len(t.holders)} readers"
+        if behind:
+            text += f" ({len(behind)} behind by {max(h.behind for h in behind)})"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def bounded_queries(queries: Mapping[str, QueryReport]) -> dict[str, QueryReport]:

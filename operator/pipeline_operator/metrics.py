@@ -6,6 +6,12 @@
     persistent_pipeline_source_lag{namespace,pipeline,source,topic,partition}
                                                                         Kafka records beyond the committed offsets
     persistent_pipeline_reconcile_seconds                               one pass over one pipeline
+    persistent_pipeline_table_version{namespace,pipeline,table}         a published table's latest version
+    persistent_pipeline_table_bytes{namespace,pipeline,table}           its size as of the last compaction
+    persistent_pipeline_table_holder_lag_versions{namespace,pipeline,table,reader}
+                                                                        versions a reader has not consumed
+    persistent_pipeline_table_holder_lag_seconds{namespace,pipeline,table,reader}
+                                                                        how long the oldest of them has existed
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from spark_app.contract import TableReport
+
 
 class Metrics(Collector):
     def __init__(self, registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -26,6 +34,7 @@ class Metrics(Collector):
         self._lock = threading.Lock()
         self._pipelines: dict[tuple[str, str], tuple[str, float | None]] = {}
         self._lag: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
+        self._tables: dict[tuple[str, str], Mapping[str, TableReport]] = {}
         self.restarts = Counter("persistent_pipeline_restarts", "Driver relaunches, by reason.",
                                 ["namespace", "pipeline", "reason"], registry=self.registry)
         self.reconcile_seconds = Histogram(
@@ -40,11 +49,16 @@ class Metrics(Collector):
             self._pipelines[(namespace, name)] = (phase, checkpoint_time)
             self._lag[(namespace, name)] = dict(lag or {})
 
+    def tables(self, namespace: str, name: str, tables: Mapping[str, TableReport]) -> None:
+        with self._lock:
+            self._tables[(namespace, name)] = dict(tables)
+
     def forget(self, namespace: str, name: str) -> None:
         """A deleted pipeline leaves the gauges; its restart counters stay, as counters do."""
         with self._lock:
             self._pipelines.pop((namespace, name), None)
             self._lag.pop((namespace, name), None)
+            self._tables.pop((namespace, name), None)
 
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
@@ -68,6 +82,34 @@ class Metrics(Collector):
         yield age
         yield phases
         yield lag
+        yield from self._collect_tables()
+
+    def _collect_tables(self) -> Iterator[Metric]:
+        table = ["namespace", "pipeline", "table"]
+        version = GaugeMetricFamily("persistent_pipeline_table_version", "A published table's latest version.",
+                                    labels=table)
+        size = GaugeMetricFamily("persistent_pipeline_table_bytes",
+                                 "A published table's stored bytes, as of its last compaction.", labels=table)
+        lag = GaugeMetricFamily("persistent_pipeline_table_holder_lag_versions",
+                                "Versions of a published table a reader has not consumed yet.",
+                                labels=[*table, "reader"])
+        age = GaugeMetricFamily("persistent_pipeline_table_holder_lag_seconds",
+                                "How long the oldest version a reader has not consumed has existed.",
+                                labels=[*table, "reader"])
+        with self._lock:
+            published = dict(self._tables)
+        for (namespace, name), tables in sorted(published.items()):
+            for table_name, t in sorted(tables.items()):
+                labels = [namespace, name, table_name]
+                if t.version is not None:
+                    version.add_metric(labels, t.version)
+                if t.bytes is not None:
+                    size.add_metric(labels, t.bytes)
+                for h in t.holders:
+                    lag.add_metric([*labels, h.reader], h.behind)
+                    if h.age_s is not None:
+                        age.add_metric([*labels, h.reader], h.age_s)
+        yield from (version, size, lag, age)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -26,6 +26,7 @@ ANNOTATION_STATE_ROOT = "sparkapp.dev/state-root"
 
 DRIVER_CONTAINER = "driver"
 CLEANUP_CONTAINER = "reset"
+RELEASE_CONTAINER = "release-holds"
 STATE_MOUNT_PATH = "/var/lib/spark-app/state"
 """Where a filesystem backend's PersistentVolumeClaim is mounted in driver and cleanup pods."""
 LIVE_SETTINGS_MOUNT_PATH = "/etc/spark-app/live"

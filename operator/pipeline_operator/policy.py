@@ -11,7 +11,16 @@ from typing import Any
 from pipeline_operator.errors import InvalidSpec
 from pipeline_operator.memory import Memory
 from pipeline_operator.observe import DriverPod, format_time
-from pipeline_operator.spec import FilesystemBackend, PipelineSpec, RestartPolicy, S3Backend, parse_spec
+from pipeline_operator.spec import (
+    FilesystemBackend,
+    PipelineSpec,
+    RestartPolicy,
+    S3Backend,
+    TableReference,
+    parse_spec,
+    uri_in_pod,
+)
+from spark_app import contract
 
 
 def backoff_delay(policy: RestartPolicy, failures: int, seed: str) -> float:
@@ -152,3 +161,65 @@ def _root(spec: PipelineSpec) -> tuple[tuple[str, ...], str]:
 
 def _nested(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+@dataclass(frozen=True)
+class ResolvedInputs:
+    """The shared tables a reader reads, as its driver reaches them, and what keeps the
+    reader waiting (one line per table that cannot be read yet)."""
+
+    tables: tuple[contract.TableInput, ...] = ()
+    waiting: tuple[str, ...] = ()
+
+
+def resolve_inputs(spec: PipelineSpec, publishers: Mapping[tuple[str, str], Mapping[str, Any] | str | None]
+                   ) -> ResolvedInputs:
+    """Where each ``spec.inputs[].table`` is, from its publisher's resource (as read, by
+    namespace and name; None: absent; a string: why it could not be read). A table is readable once its publisher lists it in
+    spec.tables, grants the reader's namespace, and has reported a version of it; until
+    then the reader waits, and starts by itself when that changes (the caller rechecks).
+
+    A table on a claim is read through the reader's own mount of that claim (the same
+    claim, hence the same namespace); on S3, with the reader's own credentials."""
+    tables: list[contract.TableInput] = []
+    waiting: list[str] = []
+    for number, (_, ref) in enumerate(spec.table_inputs):
+        where = f"spec.inputs[{number}].table {ref}"
+        found = _table_input(spec, ref, publishers.get((ref.namespace, ref.pipeline)))
+        if isinstance(found, str):
+            waiting.append(f"{where}: {found}")
+        else:
+            tables.append(found)
+    return ResolvedInputs(tuple(tables), tuple(waiting))
+
+
+def _table_input(spec: PipelineSpec, ref: TableReference, resource: Mapping[str, Any] | str | None
+                 ) -> contract.TableInput | str:
+    publisher = f"PersistentPipeline {ref.namespace}/{ref.pipeline}"
+    if isinstance(resource, str):
+        return f"{publisher} cannot be read: {resource}"
+    if resource is None:
+        return f"{publisher} does not exist (yet)"
+    try:
+        published = parse_spec(resource.get("spec") or {}, namespace=ref.namespace, name=ref.pipeline)
+    except InvalidSpec as invalid:
+        return f"the spec of {publisher} is invalid ({invalid.problems[0]})"
+    table = next((t for t in published.tables if t.name == ref.name), None)
+    if table is None:
+        return f"{publisher} does not publish a table {ref.name!r} (its spec.tables does not list it)"
+    if not table.grants(spec.namespace, ref.namespace):
+        return (f"{publisher} does not grant namespace {spec.namespace} (add it to the readers of its "
+                f"spec.tables entry {ref.name!r})")
+    status = resource.get("status") or {}
+    root = (status.get("persistence") or {}).get("root") or ""
+    reported = (status.get("tables") or {}).get(ref.name) or {}
+    if not root or reported.get("version") is None:
+        return "no version yet (its publisher has not committed a batch of it)"
+    backend, own = published.persistence.backend, spec.persistence.backend
+    if isinstance(backend, FilesystemBackend):
+        if (not isinstance(own, FilesystemBackend) or own.claim_name != backend.claim_name
+                or spec.namespace != ref.namespace):
+            return (f"it lives on claim {backend.claim_name} of namespace {ref.namespace}, which this pipeline "
+                    "does not mount: keep this pipeline's state on the same claim, or the publisher's on S3")
+        return contract.TableInput(table=str(ref), uri=f"{uri_in_pod(root)}/tables/{ref.name}")
+    return contract.TableInput(table=str(ref), uri=f"{root}/tables/{ref.name}", s3=backend.options)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeline_operator import builders, names, observe, policy, status
-from pipeline_operator.errors import InvalidSpec
+from pipeline_operator.errors import InvalidSpec, Refused
 from pipeline_operator.kube import Kube
 from pipeline_operator.lifecycle import (
     CreateCleanup,
@@ -61,21 +61,23 @@ class Reconciler:
             if resource is None:
                 self._metrics.forget(namespace, name)
                 return Outcome(resource=None)
-            observed, spec = self._observe(resource)
+            observed, spec, tables = self._observe(resource)
             decision = next_action(observed, self._tunables)
             self._record(resource, decision)
-            self._act(resource, spec, decision)
+            self._act(resource, spec, decision, tables)
             events = decision.events + self._deliver_live_settings(namespace, spec, observed.driver)
         memory = decision.memory
         checkpoint = memory.checkpoint
         self._metrics.pipeline(namespace, name, memory.phase, checkpoint.time if checkpoint else None,
                                checkpoint.lag() if checkpoint else None)
+        self._metrics.tables(namespace, name, memory.tables)
         if decision.restart_reason:
             self._metrics.restarts.labels(namespace, name, decision.restart_reason).inc()
         return Outcome(resource=resource, events=events, requeue_after=decision.requeue_after,
                        released=isinstance(decision.action, Release))
 
-    def _observe(self, resource: Mapping[str, Any]) -> tuple[Observed, PipelineSpec | None]:
+    def _observe(self, resource: Mapping[str, Any]
+                 ) -> tuple[Observed, PipelineSpec | None, tuple[contract.TableInput, ...]]:
         meta = resource["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         deleting = bool(meta.get("deletionTimestamp"))
@@ -96,19 +98,24 @@ class Reconciler:
         memory = status.read_memory(resource.get("status"))
         missing: tuple[str, ...] = ()
         root_taken_by = ""
+        tables: tuple[contract.TableInput, ...] = ()
+        waiting: tuple[str, ...] = ()
         if spec is not None and driver is None and spec.state == "running" and not deleting:
-            missing = self._kube.missing(namespace, prerequisites(spec)) or self._refusal(resource, spec, memory)
+            inputs = self._resolve_inputs(spec)
+            tables, waiting = inputs.tables, inputs.waiting
+            missing = self._kube.missing(namespace, prerequisites(spec)) or (
+                () if waiting else self._refusal(resource, spec, memory, tables))
             others = [p for p in self._kube.list_pipelines(namespace) if p["metadata"].get("uid") != meta["uid"]]
             root_taken_by = policy.root_taken_by(spec, meta.get("creationTimestamp") or "", others)
         cleanup = None
-        if deleting and spec is not None and spec.persistence.on_delete == "Delete":
+        if deleting and spec is not None and (spec.persistence.on_delete == "Delete" or spec.table_inputs):
             cleanup = observe.pod_phase(self._kube.get_pod(namespace, names.cleanup_pod_name(name)))
         observed = Observed(
             now=self._clock(), generation=int(meta.get("generation") or 0), uid=meta["uid"], spec=spec,
             memory=memory, driver=driver, problems=problems,
-            missing=missing, root_taken_by=root_taken_by, deleting=deleting, cleanup_phase=cleanup,
+            missing=missing, waiting=waiting, root_taken_by=root_taken_by, deleting=deleting, cleanup_phase=cleanup,
         )
-        return observed, spec
+        return observed, spec, tables
 
     def _deliver_live_settings(self, namespace: str, spec: PipelineSpec | None,
                                driver: observe.DriverPod | None) -> tuple[Event, ...]:
@@ -127,12 +134,28 @@ class Reconciler:
         return (Event("Normal", "LiveSettingsChanged",
                       f"driver epoch {driver.epoch} now reads its backfills at: {rates or 'the rates its code sets'}"),)
 
-    def _refusal(self, resource: Mapping[str, Any], spec: PipelineSpec, memory: Memory) -> tuple[str, ...]:
+    def _resolve_inputs(self, spec: PipelineSpec) -> policy.ResolvedInputs:
+        """The shared tables the spec reads: each publisher read as it is now, so that a
+        reader waiting for a table starts by itself once the table appears."""
+        if not spec.table_inputs:
+            return policy.ResolvedInputs()
+        publishers: dict[tuple[str, str], Mapping[str, Any] | str | None] = {}
+        for key in {(ref.namespace, ref.pipeline) for _, ref in spec.table_inputs}:
+            try:
+                publishers[key] = self._kube.get_pipeline(*key)
+            except Refused as refused:
+                # An operator that serves listed namespaces only: say so on the reader.
+                publishers[key] = (f"the operator may not read PersistentPipelines in namespace {key[0]} "
+                                   f"({refused.status})")
+        return policy.resolve_inputs(spec, publishers)
+
+    def _refusal(self, resource: Mapping[str, Any], spec: PipelineSpec, memory: Memory,
+                 tables: tuple[contract.TableInput, ...]) -> tuple[str, ...]:
         """Why the API server would refuse the next driver pod (Pod Security, an admission
         policy, a quota), asked before the launch is recorded: a refused pod is then
         reported on the pipeline, like a missing claim, instead of failing each launch."""
         pod = builders.driver_pod(spec, epoch=memory.epoch + 1, state_root=memory.state_root or spec.persistence.base_uri,
-                                  owner=builders.owner_reference(resource))
+                                  owner=builders.owner_reference(resource), tables=tables)
         refusal = self._kube.refusal(pod)
         return (contract.scrub_credentials(refusal),) if refusal else ()
 
@@ -144,7 +167,8 @@ class Reconciler:
         if rendered != previous:
             self._kube.replace_status(resource, rendered)
 
-    def _act(self, resource: Mapping[str, Any], spec: PipelineSpec | None, decision: Decision) -> None:
+    def _act(self, resource: Mapping[str, Any], spec: PipelineSpec | None, decision: Decision,
+             tables: tuple[contract.TableInput, ...]) -> None:
         action = decision.action
         meta = resource["metadata"]
         namespace, pod_name = meta["namespace"], names.driver_pod_name(meta["name"])
@@ -153,7 +177,7 @@ class Reconciler:
             owner = builders.owner_reference(resource)
             self._kube.ensure_service(builders.driver_service(spec, owner=owner))
             self._kube.create_pod(builders.driver_pod(spec, epoch=action.epoch, state_root=action.state_root,
-                                                      owner=owner))
+                                                      owner=owner, tables=tables))
         elif isinstance(action, Stop):
             self._kube.delete_pod(namespace, pod_name, action.uid)
         elif isinstance(action, Remove):
@@ -161,4 +185,6 @@ class Reconciler:
             self._kube.delete_pod(namespace, pod_name, action.uid, grace_seconds=0)
         elif isinstance(action, CreateCleanup):
             assert spec is not None
-            self._kube.create_pod(builders.cleanup_pod(spec, owner=builders.owner_reference(resource)))
+            # The holds to release are on the tables its publishers still have; one gone has none.
+            tables = self._resolve_inputs(spec).tables
+            self._kube.create_pod(builders.cleanup_pod(spec, owner=builders.owner_reference(resource), tables=tables))

@@ -192,6 +192,19 @@ def uri_in_pod(root: str) -> str:
 
 
 @dataclass(frozen=True)
+class TableReference:
+    """A shared table another pipeline publishes (spec.inputs[].table)."""
+
+    namespace: str
+    """The publisher's namespace (the reader's own when not given)."""
+    pipeline: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pipeline}/{self.name}"
+
+
+@dataclass(frozen=True)
 class InputBackfill:
     """The backfill of a table source, as far as the resource steers it while it runs."""
 
@@ -201,11 +214,28 @@ class InputBackfill:
 
 @dataclass(frozen=True)
 class Input:
-    """One of the pipeline's sources, named by the persistent id its code gives it."""
+    """One entry of spec.inputs: one of the pipeline's inputs, named by the persistent id its
+    code gives it, with what the operator resolves or steers for it."""
 
     persistent_id: str
     backfill: InputBackfill | None = None
     """None: the pipeline's code decides (sa.io.delta.read(rows_per_second=...))."""
+    table: TableReference | None = None
+    """A shared table another pipeline publishes (sa.io.tables.read or lookup of it)."""
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    """One entry of spec.tables: a shared table this pipeline publishes."""
+
+    name: str
+    readers: tuple[str, ...] = ()
+    """Other namespaces whose pipelines may read it ("*": any); its own namespace always may."""
+    max_hold_age_seconds: int | None = None
+    """A reader's hold behind for longer than this is broken (None: never)."""
+
+    def grants(self, namespace: str, own_namespace: str) -> bool:
+        return namespace == own_namespace or "*" in self.readers or namespace in self.readers
 
 
 @dataclass(frozen=True)
@@ -223,9 +253,15 @@ class PipelineSpec:
     restart_nonce: str = ""
     upgrade_mode: str = "last-state"
     inputs: tuple[Input, ...] = ()
-    """Settings of the sources that change in a running driver (left out of pod_hash:
-    changing them restarts nothing; the operator rewrites the pod's live settings)."""
+    """The sources' settings: a backfill's rate changes in a running driver (left out of
+    pod_hash: changing it restarts nothing; the operator rewrites the pod's live
+    settings); a shared table's reference shapes the pod (its location is injected)."""
+    tables: tuple[PublishedTable, ...] = ()
     kafka: Kafka | None = None
+
+    @property
+    def table_inputs(self) -> tuple[tuple[Input, TableReference], ...]:
+        return tuple((i, i.table) for i in self.inputs if i.table is not None)
 
     @property
     def pipeline(self) -> str:
@@ -245,7 +281,7 @@ class PipelineSpec:
         per spec: a reconcile parses the spec once, and its decision (the comparison with
         the running driver, the stateless generation, the hash it records) and the pod it
         builds read the same value."""
-        shaping = {
+        shaping: dict[str, Any] = {
             "image": self.image,
             "image_pull_policy": self.image_pull_policy,
             "application": asdict(self.application),
@@ -256,6 +292,13 @@ class PipelineSpec:
             "kafka": asdict(self.kafka) if self.kafka else None,
             "snapshot_interval_seconds": self.persistence.snapshot_interval_seconds,
         }
+        # Only when set, so that a pipeline without shared tables keeps the hash it had.
+        if self.table_inputs:
+            shaping["inputs"] = [{"persistent_id": i.persistent_id, "table": asdict(ref)}
+                                 for i, ref in self.table_inputs]
+        if self.tables:
+            shaping["tables"] = [{"name": t.name, "max_hold_age_seconds": t.max_hold_age_seconds}
+                                 for t in self.tables]
         return shaping_digest(shaping)
 
 
@@ -311,7 +354,8 @@ def parse_spec(raw: Mapping[str, Any], *, namespace: str, name: str, allow_privi
         state=reader.choice("state", ("running", "suspended"), "running"),
         restart_nonce=reader.string("restartNonce", ""),
         upgrade_mode=reader.choice("upgradeMode", ("last-state", "stateless"), "last-state"),
-        inputs=_inputs(reader),
+        inputs=_inputs(reader, namespace),
+        tables=_tables(reader),
         kafka=_kafka(reader.section("kafka")) if reader.has("kafka") else None,
     )
     if problems:
@@ -571,31 +615,59 @@ def _persistence(r: _Reader, namespace: str, name: str) -> Persistence | None:
     )
 
 
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _PERSISTENT_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
-def _inputs(r: _Reader) -> tuple[Input, ...]:
-    raw = r.raw.get("inputs", [])
-    if not isinstance(raw, list):
-        r.problem("inputs", "must be a list")
-        return ()
+def _entries(r: _Reader, key: str) -> list[_Reader]:
+    value = r.raw.get(key, [])
+    if not isinstance(value, list):
+        r.problem(key, "must be a list of objects")
+        return []
+    return [_Reader(item, r.problems, f"{r.path}.{key}[{n}]") for n, item in enumerate(value)]
+
+
+def _inputs(r: _Reader, namespace: str) -> tuple[Input, ...]:
     inputs: list[Input] = []
-    for index, entry in enumerate(raw):
-        item = _Reader(entry, r.problems, f"{r.path}.inputs[{index}]")
-        pid = item.string("persistentId", "", required=True)
+    for entry in _entries(r, "inputs"):
+        pid = entry.string("persistentId", "", required=True)
         if pid and not _PERSISTENT_ID.match(pid):
-            item.problem("persistentId", f"may use only letters, digits, '_', '.', '-' (got {pid!r}), "
-                                         "as the pipeline's persistent_id= does")
-        if pid in (i.persistent_id for i in inputs):
-            item.problem("persistentId", f"{pid!r} is listed twice")
+            entry.problem("persistentId", "may use only letters, digits, '_', '.', '-' (as the pipeline's code "
+                                          "names the input: persistent_id=...)")
+        if pid and any(i.persistent_id == pid for i in inputs):
+            entry.problem("persistentId", f"{pid!r} is listed twice")
         backfill = None
-        if item.has("backfill"):
-            section = item.section("backfill")
+        if entry.has("backfill"):
+            section = entry.section("backfill")
             rate = section.raw.get("rowsPerSecond")
-            backfill = InputBackfill(None if rate is None else
-                                     section.number("rowsPerSecond", 0, minimum=0))
-        inputs.append(Input(pid, backfill))
+            backfill = InputBackfill(None if rate is None else section.number("rowsPerSecond", 0, minimum=0))
+        table = None
+        if entry.has("table"):
+            t = entry.section("table")
+            table = TableReference(namespace=t.string("namespace", namespace) or namespace,
+                                   pipeline=t.string("pipeline", "", required=True),
+                                   name=t.string("name", "", required=True))
+            if table.pipeline and not _K8S_NAME.match(table.pipeline):
+                t.problem("pipeline", "must be the name of a PersistentPipeline")
+            if table.name and not _TABLE_NAME.match(table.name):
+                t.problem("name", "must be a table name: letters, digits, '_', '.', '-'")
+        inputs.append(Input(pid, backfill, table))
     return tuple(inputs)
+
+
+def _tables(r: _Reader) -> tuple[PublishedTable, ...]:
+    tables: list[PublishedTable] = []
+    for entry in _entries(r, "tables"):
+        name = entry.string("name", "", required=True)
+        if name and not _TABLE_NAME.match(name):
+            entry.problem("name", "must be a table name: letters, digits, '_', '.', '-' (as the pipeline's code "
+                                  "publishes it: sa.io.tables.publish(..., name=...))")
+        if name and any(t.name == name for t in tables):
+            entry.problem("name", f"{name!r} is listed twice")
+        age = entry.number("maxHoldAgeSeconds", 0, minimum=60) if entry.has("maxHoldAgeSeconds") else None
+        tables.append(PublishedTable(name, entry.strings("readers"), age or None))
+    return tuple(tables)
 
 
 _BOOTSTRAP = re.compile(r"^[^,\s:]+:[0-9]{1,5}(,[^,\s:]+:[0-9]{1,5})*$")

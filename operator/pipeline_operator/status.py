@@ -7,8 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline_operator import names
-from pipeline_operator.memory import Checkpoint, Condition, Failure, Halt, Memory, Restart, truncate
+from pipeline_operator.memory import (
+    Checkpoint,
+    Condition,
+    Failure,
+    Halt,
+    Memory,
+    Restart,
+    describe_tables,
+    truncate,
+)
 from pipeline_operator.observe import BackfillReport, QueryReport, format_time, parse_time
+from spark_app.contract import HolderReport, TableReport
 
 JsonDict = dict[str, Any]
 
@@ -69,8 +79,35 @@ def render(memory: Memory, *, name: str, generation: int, previous: Mapping[str,
                                      "rowsPerSecond": b.rows_per_second, "etaSeconds": b.eta_seconds,
                                      "paused": b.paused, "finished": b.finished, "version": b.version}
                                for pid, b in m.backfills.items()}
+    if m.tables:
+        status["tables"] = {name: _render_table(t) for name, t in m.tables.items()}
+        status["tablesSummary"] = describe_tables(m.tables)
     bounded: JsonDict = _bounded(status)
     return bounded
+
+
+def _render_table(t: TableReport) -> JsonDict:
+    """A published table in the status: latest version, rows, bytes, compaction frontier,
+    and each holder with its version, lag and whether it blocks compaction."""
+    return {
+        "version": t.version, "rows": t.rows, "bytes": t.bytes, "compactionFrontier": t.frontier,
+        **({"compactedAt": format_time(t.compacted_ms / 1000)} if t.compacted_ms else {}),
+        "holders": [{"reader": h.reader, "kind": h.kind, "version": h.version, "behind": h.behind,
+                     **({"ageSeconds": h.age_s} if h.age_s is not None else {}),
+                     "broken": h.broken, "blocking": h.blocking} for h in t.holders],
+    }
+
+
+def _read_table(raw: Mapping[str, Any]) -> TableReport:
+    compacted = parse_time(raw.get("compactedAt"))
+    return TableReport(
+        version=raw.get("version"), rows=raw.get("rows"), bytes=raw.get("bytes"), frontier=raw.get("compactionFrontier"),
+        compacted_ms=int(compacted * 1000) if compacted is not None else None,
+        holders=tuple(HolderReport(reader=str(h.get("reader", "")), kind=str(h.get("kind", "")),
+                                   version=int(h.get("version") or 0), behind=int(h.get("behind") or 0),
+                                   age_s=h.get("ageSeconds"), broken=bool(h.get("broken")),
+                                   blocking=bool(h.get("blocking")))
+                      for h in raw.get("holders") or []))
 
 
 def read_memory(status: Mapping[str, Any] | None) -> Memory:
@@ -113,6 +150,7 @@ def read_memory(status: Mapping[str, Any] | None) -> Memory:
                          for c in s.get("conditions") or []),
         backfills={pid: _read_backfill(b) for pid, b in (s.get("backfills") or {}).items()},
         backfill_seen_at=parse_time(books.get("backfillSeenAt")),
+        tables={str(name): _read_table(t) for name, t in (s.get("tables") or {}).items()},
     )
 
 

@@ -4,6 +4,6 @@
     sa.io.jsonlines.write(words.groupBy("word").count(), "result.jsonlines")
 """
 
-from spark_app.io import csv, delta, jsonlines, kafka
+from spark_app.io import csv, delta, jsonlines, kafka, tables
 
-__all__ = ["csv", "delta", "jsonlines", "kafka"]
+__all__ = ["csv", "delta", "jsonlines", "kafka", "tables"]

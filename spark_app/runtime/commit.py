@@ -40,6 +40,7 @@ from spark_app.runtime.sinks.base import Batch, OutputContext, Written
 from spark_app.runtime.sources.base import Tracker
 from spark_app.state.records import QueryHead
 from spark_app.state.session import StateSession
+from spark_app.state.tables import LookupPosition
 from spark_app.storage import NotFound, Storage, join
 
 log = logging.getLogger("spark_app")
@@ -60,6 +61,12 @@ class Committer(Protocol):
     def snapshot_interval_s(self) -> float: ...
 
     def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None: ...
+
+    def tables_committed(self, name: str, head: QueryHead) -> None:
+        """The commit of ``head`` holds: the holds on the shared tables it read may move."""
+
+    def table_uri(self, persistent_id: str) -> str:
+        """Where Spark reads the shared table a query's input ``persistent_id`` names."""
 
     def record_fatal(self, error: BaseException) -> None: ...
 
@@ -121,6 +128,8 @@ class BatchHandler:
         # the driver here, or says what it skips (counted with the commit).
         skipped = {pid: self._trackers[pid].unreadable(head.offsets.get(pid) if head else None, offset)
                    for pid, offset in offsets.items()}
+        if self._spec.lookups:
+            offsets.update(self._lookup_positions())
         session.check_not_fenced()
         try:
             written = self._spec.sink.write(Batch(batch_id, batch_time_ms, df))
@@ -130,7 +139,7 @@ class BatchHandler:
         crash_point(AFTER_OUTPUT, batch_id)
         new_head = self._commit(written, head, batch_id, batch_time_ms, offsets, skipped=skipped)
         log.info("query %s: committed batch %d (%s)", self._name, batch_id,
-                 ", ".join(f"{pid}: {self._trackers[pid].describe(o)}" for pid, o in offsets.items()))
+                 ", ".join(f"{pid}: {self._describe(pid, o)}" for pid, o in offsets.items()))
         self._maybe_snapshot(new_head)
 
     def _commit(self, written: Written, head: QueryHead | None, batch_id: int, batch_time_ms: int,
@@ -154,7 +163,29 @@ class BatchHandler:
             crash_point(AFTER_COMMIT, batch_id)
         self._spec.sink.committed(written)
         self._last_commit = time.monotonic()
+        if kind == "commit" and self._spec.tables:
+            self._driver.tables_committed(self._name, new_head)
         return new_head
+
+    def _describe(self, pid: str, offset: Any) -> str:
+        tracker = self._trackers.get(pid)
+        if tracker is not None:
+            return tracker.describe(offset)
+        position = LookupPosition.from_offset(offset)
+        return f"looked up version {position.version}" if position else json.dumps(offset, sort_keys=True)[:200]
+
+    def _lookup_positions(self) -> dict[str, Any]:
+        """The version of each shared table this batch looked up, as its commit records it."""
+        from spark_app.runtime.tables.lookup import versions_read
+
+        uris = {pid: self._driver.table_uri(pid) for pid in self._spec.lookups}
+        versions = versions_read(self._spark(), self._name, uris)
+        return {pid: LookupPosition(version).to_offset() for pid, version in versions.items()}
+
+    def _spark(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.getOrCreate()
 
     def _maybe_snapshot(self, head: QueryHead) -> None:
         if time.monotonic() - self._last_snapshot < self._driver.snapshot_interval_s:
@@ -191,6 +222,8 @@ class BatchHandler:
                   skipped: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
         counters = {pid: dict(v) for pid, v in (head.sources if head else {}).items()}
         for pid, offset in offsets.items():
+            if pid not in self._trackers:
+                continue  # a lookup's version: not a stream's position
             start = head.offsets.get(pid) if head else None
             previous = counters.get(pid, {})
             counters[pid] = self._trackers[pid].counters(previous, start, offset)

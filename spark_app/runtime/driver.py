@@ -51,6 +51,7 @@ from spark_app.runtime.sources.kafka import (
 )
 from spark_app.runtime.sources.kafka import lag as kafka_lag
 from spark_app.runtime.sources.reader import SourceOrderChanged
+from spark_app.runtime.tables.readers import Readers, TableMissing
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
@@ -64,6 +65,7 @@ from spark_app.state.session import (
     StateOwnedElsewhere,
     StateSession,
 )
+from spark_app.state.tables import HoldBroken, TableError
 from spark_app.storage import RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable
 
 log = logging.getLogger("spark_app")
@@ -88,6 +90,9 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (BackfillError, contract.EXIT_MISCONFIGURED),
     (TableRewound, contract.EXIT_MISCONFIGURED),
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
+    (HoldBroken, contract.EXIT_TABLE_VERSIONS_GONE),
+    (TableMissing, contract.EXIT_MISCONFIGURED),
+    (TableError, contract.EXIT_MISCONFIGURED),
 ]
 
 
@@ -122,6 +127,7 @@ class Driver:
         self._commit_lock = threading.Lock()
         self._session: StateSession | None = None
         self._reporter: PodReporter | None = None
+        self._readers: Readers | None = None
         self._planners: list[Planner] = []
         self._state = "starting"
 
@@ -167,12 +173,19 @@ class Driver:
         # Renewed from now on, not once the pipeline runs: a start (a busy node's JVM, a
         # large first batch) may outlast the lease, and the next driver would take over.
         threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
+        if self._pipeline.shared:
+            # Set once its holds are registered: the renewal thread refreshes lookups' holds.
+            readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
+                              self._reset_hint(metadata.root_uri))
+            readers.open(self._session.heads)
+            self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
         beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()
-        # A pipeline whose outputs are all Kafka topics keeps its dead letters with its state.
+        # A pipeline whose outputs are all Kafka topics or shared tables keeps its dead letters
+        # with its state.
         dead_letter = (Backend.from_uri(beside_output, options=s3) if beside_output else
                        dataclasses.replace(config.snapshot_storage,
                                            root=config.snapshot_storage.root.rstrip("/") + "/dead-letters"))
@@ -387,6 +400,32 @@ class Driver:
                 return
             except StorageUnavailable as error:
                 log.warning("could not renew the lease: %s", error)
+            self._refresh_lookups()
+
+    def _refresh_lookups(self) -> None:
+        """Moves idle lookups' holds to the latest version; one that fails is moved at the
+        next renewal. Like a report, it must never end the lease thread (a query being
+        restarted fails its status call; a table's log may be unreachable)."""
+        if self._readers is None:
+            return
+        try:
+            self._readers.refresh_lookups(self._looking_up)
+        except Exception as error:  # noqa: BLE001 - the lease outranks a lookup's hold
+            log.warning("could not move the lookups' holds on their tables: %s", error)
+
+    def _looking_up(self) -> bool:
+        """Whether a query that looks a table up has a batch under way."""
+        for name, spec in self._pipeline.queries.items():
+            query = self._queries.get(name)
+            if spec.lookups and query is not None and (not query.isActive or query.status["isTriggerActive"]):
+                return True
+        return False
+
+    def _reset_hint(self, root: str) -> str:
+        if self._pipeline.environment.injected is not None:
+            return (f"change spec.persistence.resetNonce of PersistentPipeline {self._config.pipeline}: it starts "
+                    "from empty state, which reads the table's current contents and then its changes")
+        return f"`python -m spark_app reset {root} --yes`, then start it again"
 
     def report(self, status: contract.DriverReport | None = None) -> None:
         if self._reporter is not None:
@@ -420,6 +459,12 @@ class Driver:
                 input_rows_per_s=progress.get("inputRowsPerSecond"),
             )
         session = self._session
+        tables = {}
+        for spec in self._pipeline.queries.values():
+            for output in spec.sink.outputs():
+                report = output.table_report()
+                if report is not None:
+                    tables[output.name] = report
         backfills = {}
         for planner in self._planners:
             shown = planner.progress()
@@ -427,7 +472,7 @@ class Driver:
                 backfills[planner.persistent_id] = contract.BackfillReport(**asdict(shown))
         return contract.DriverReport(state=self._state, epoch=session.epoch if session else None,
                                      stored_epoch=session.previous_epoch if session else None, queries=queries,
-                                     backfills=backfills)
+                                     backfills=backfills, tables=tables)
 
     # ---- used by the batch handlers ----------------------------------------------------
 
@@ -440,6 +485,13 @@ class Driver:
         with self._commit_lock:
             self.session.commit(name, head, kind)
         self.report()
+
+    def tables_committed(self, name: str, head: QueryHead) -> None:
+        if self._readers is not None:
+            self._readers.committed(name, head, self._pipeline.queries[name].tables)
+
+    def table_uri(self, persistent_id: str) -> str:
+        return self._pipeline.shared[persistent_id].location.uri
 
     def record_fatal(self, error: BaseException) -> None:
         if exit_code_for(error) != contract.EXIT_FAILED:

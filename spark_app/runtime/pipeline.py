@@ -45,12 +45,21 @@ from spark_app.runtime.sources.delta_table import (
 )
 from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
 from spark_app.runtime.sources.kafka import KafkaSourceSpec, KafkaTracker, MessagePlan, ParseMessages
+from spark_app.runtime.tables.changelog import DIFF, ChangelogSource, ChangelogTracker
+from spark_app.runtime.tables.location import TableLocation
+from spark_app.runtime.tables.lookup import lookups_in
+from spark_app.runtime.tables.publish import PublishOptions, TableOutput
+from spark_app.runtime.tables.readers import TableInput
+from spark_app.state.delta_log import TableLog
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
+from spark_app.state.tables import CHANGELOG, LOOKUP, TABLES, TableError, TableRef, check_table_name
 from spark_app.storage import Storage
 
 log = logging.getLogger("spark_app")
 
-_RELATION_PID = re.compile(r"persistent_id=([A-Za-z0-9_.\-]+)")
+# Our file sources print their options as persistent_id=..., Delta's streaming source (a
+# shared table's changelog) as spark_app_persistent_id -> ...
+_RELATION_PID = re.compile(r"persistent_id(?:=| -> )([A-Za-z0-9_.\-]+)")
 
 
 class PipelineError(Exception):
@@ -84,6 +93,10 @@ class QuerySpec:
     df: DataFrame | None
     facts: PlanFacts
     sources: tuple[str, ...] = field(default_factory=tuple)
+    """The persistent ids of its streaming sources, in the order of Spark's offset log."""
+    tables: tuple[str, ...] = field(default_factory=tuple)
+    """The persistent ids of the shared tables it reads (changelogs and lookups)."""
+    lookups: tuple[str, ...] = field(default_factory=tuple)
 
 
 class Pipeline:
@@ -96,6 +109,8 @@ class Pipeline:
         self.queries: dict[str, QuerySpec] = {}
         self.tables: dict[str, TableSource] = {}
         """The sources that read a Delta table (by persistent id), backfilled by a planner."""
+        self.shared: dict[str, TableInput] = {}
+        """The shared tables it reads, by persistent id."""
         self._spark: SparkSession | None = None
         self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
         atexit.register(shutil.rmtree, self._context_dir, True)
@@ -146,6 +161,71 @@ class Pipeline:
         self.kafka[spec.persistent_id] = spec
         return df
 
+    def add_table_changelog(self, table: str, persistent_id: str, location: str | None,
+                            max_files_per_trigger: int | None, with_version: bool) -> DataFrame:
+        """A shared table's changes, as a stream with ``diff`` (spark_app.io.tables.read)."""
+        where = self._table_input(table, persistent_id, location, CHANGELOG)
+        schema = self._table_schema(where)
+        if DIFF in schema.fieldNames():
+            raise PipelineError(f"table {where.ref} has a column named {DIFF!r}, which its changelog adds; "
+                                "rename it in the publisher")
+        df = ChangelogSource(self.spark(), where.uri, persistent_id, max_files_per_trigger=max_files_per_trigger,
+                             with_version=with_version).stream()
+        self.sources[persistent_id] = SourceSpec(persistent_id, "table", where.folder.root, df.schema.simpleString(), False)
+        self.shared[persistent_id] = TableInput(persistent_id, CHANGELOG, where)
+        return df
+
+    def add_table_lookup(self, table: str, persistent_id: str, location: str | None) -> DataFrame:
+        """A shared table's latest version, as a static DataFrame read anew at each batch
+        (spark_app.io.tables.lookup)."""
+        where = self._table_input(table, persistent_id, location, LOOKUP)
+        self._table_schema(where)
+        df = self.spark().read.format("delta").load(where.uri)
+        self.shared[persistent_id] = TableInput(persistent_id, LOOKUP, where)
+        return df
+
+    def _table_input(self, table: str, persistent_id: str, location: str | None, kind: str) -> TableLocation:
+        if persistent_id in self.shared:
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by two table inputs; give each its own")
+        self._source_id("table", table, persistent_id)
+        namespace = self.environment.pod_namespace or (self.environment.injected.pipeline.partition("/")[0]
+                                                        if self.environment.injected else "") or "local"
+        try:
+            ref = TableRef.parse(table, namespace)
+        except TableError as error:
+            raise PipelineError(str(error)) from None
+        if location is not None:
+            where = TableLocation(ref, Backend.from_uri(location, options=self.environment.s3)
+                                  .child(f"{TABLES}/{ref.name}"))
+        else:
+            injected = next((i for i in self.environment.table_inputs if i.table == str(ref)), None)
+            if injected is None:
+                raise PipelineError(
+                    f"the {kind} of table {ref} has no location: list it in the PersistentPipeline's spec.inputs "
+                    "(the operator then says where it is), or, run locally, pass location= (the publisher's "
+                    "state root)")
+            where = TableLocation(ref, Backend.from_uri(injected.uri, options=injected.s3),
+                                  self.environment.table_keys.get(injected.credentials))
+        where.configure(self.spark())
+        return where
+
+    def _table_schema(self, where: TableLocation) -> Any:
+        if not TableLog(where.storage).exists():
+            raise PipelineError(f"table {where.ref} does not exist at {where.uri}: its publisher has not "
+                                "committed a batch yet (start the publisher first)")
+        return self.spark().read.format("delta").load(where.uri).schema
+
+    def publish(self, df: DataFrame, name: str, key: list[str], options: PublishOptions) -> Output:
+        """A shared table maintained from ``df`` (spark_app.io.tables.publish)."""
+        try:
+            check_table_name(name)
+        except TableError as error:
+            raise PipelineError(str(error)) from None
+        if not key:
+            raise PipelineError(f"table {name!r}: publish needs key=[...], the columns that identify a row")
+        output = self.add_output("table", df, name, name, key, options=options)
+        return output
+
     def add_table_source(self, path: str, key: tuple[str, ...], persistent_id: str | None,
                          settings: BackfillSettings) -> DataFrame:
         """A keyed Delta table read as a changelog: backfilled in key order, then its changes."""
@@ -179,6 +259,10 @@ class Pipeline:
             raise PipelineError(f"persistent_id {persistent_id!r} may use only letters, digits, '_', '.', '-'")
         if persistent_id in self.sources:
             raise PipelineError(f"persistent_id {persistent_id!r} is used by two sources; give each its own")
+        if persistent_id in self.shared:
+            # A lookup is no source, and its version is committed under its id: a stream of
+            # the same id would have its offsets overwritten.
+            raise PipelineError(f"persistent_id {persistent_id!r} is used by a table input; give each its own")
         return persistent_id
 
     def add_output(self, kind: str, df: DataFrame | FeedsOutputs, path: str, name: str | None,
@@ -197,24 +281,31 @@ class Pipeline:
                                 "streaming DataFrames derived from spark_app sources")
         if name in self.queries:
             raise PipelineError(f"two outputs are named {name!r}; pass name='...' to tell them apart")
-        clash = [c for c in df.columns if c in RESERVED_COLUMNS]
+        facts = analyze(df)
+        changes = kind == "jsonlines" and DIFF in df.columns and facts.key is None and key is None
+        clash = [c for c in df.columns if c in RESERVED_COLUMNS and not (changes and c == DIFF)]
         if clash and kind in ("jsonlines", "kafka"):
             raise PipelineError(f"output {name!r} has columns {clash}, which the changelog reserves "
                                 "for time and diff; rename them")
-        facts = analyze(df)
-        if key is not None and facts.key is not None:
+        if key is not None and (facts.key is not None or kind == "table"):
             missing = [k for k in key if k not in df.columns]
             if missing:
                 raise PipelineError(f"output {name!r}: key columns {missing} are not in {df.columns}")
-            facts = PlanFacts(facts.stateful, tuple(key))
+            if facts.key is not None:
+                facts = PlanFacts(facts.stateful, tuple(key))
         output: Output
         if kind == "jsonlines":
-            output = JsonLinesOutput(name, path, facts.key)
+            output = JsonLinesOutput(name, path, facts.key, changes=changes)
+        elif kind == "table":
+            output = TableOutput(name, key or [], df.schema, options["options"])
         elif kind == "kafka":
             output = KafkaOutput(name, path, facts.key, options.get("message_key"), options["connection"])
         else:
             output = DeltaOutput(name, path, facts.key, **options)
-        self.queries[name] = QuerySpec(SingleSink(output), df, facts, source_ids(df))
+        lookups = lookups_in(df, {pid: t.location.uri for pid, t in self.shared.items() if t.kind == LOOKUP})
+        sources = source_ids(df)
+        tables = tuple(pid for pid in (*sources, *lookups) if pid in self.shared)
+        self.queries[name] = QuerySpec(SingleSink(output), df, facts, sources, tables, lookups)
         return output
 
     def add_query(self, name: str, query: QuerySpec) -> None:
@@ -231,6 +322,8 @@ class Pipeline:
                 trackers[pid] = PlanTracker(snapshots, pid, self.tables[pid].table)
             elif pid in self.kafka:
                 trackers[pid] = KafkaTracker(self.kafka[pid], dead_letter)
+            elif pid in self.shared:
+                trackers[pid] = ChangelogTracker(self.shared[pid].location.storage)
             else:
                 trackers[pid] = FileTracker(snapshots, pid, index_compact_after, dead_letter)
         return trackers
@@ -263,11 +356,12 @@ class Pipeline:
         return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, self.environment.spark_conf)
 
     def default_dead_letter(self) -> str | None:
-        """Beside the first output that is a file or a folder; None if none is (Kafka)."""
+        """Beside the first output that is a file or a folder; None if none is (Kafka
+        topics; shared tables, which live in the state and have no path until they recover)."""
         outputs = [o for q in self.queries.values() for o in q.sink.outputs()]
         if not outputs:
             raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
-        files = [o for o in outputs if not isinstance(o, KafkaOutput)]
+        files = [o for o in outputs if not isinstance(o, KafkaOutput | TableOutput)]
         return files[0].path.rstrip("/") + ".dead-letter" if files else None
 
 

@@ -9,14 +9,20 @@ PersistentPipeline's status holds the driver's own reports, spark_app.contract.)
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spark_app.contract import S3Keys
+from spark_app.persistence import Backend
+from spark_app.state.compaction import hold_age
+from spark_app.state.delta_log import TableLog
 from spark_app.state.log import PREFIX as LOG_PREFIX
 from spark_app.state.log import LogCorrupted, LogEntry, MetadataLog
 from spark_app.state.records import heads_from_record
 from spark_app.state.repair import plan_repair
 from spark_app.state.session import LeaseDamaged, read_lease
-from spark_app.storage import Storage
+from spark_app.state.tables import TABLES, HoldRegistry
+from spark_app.storage import ScopedStorage, Storage
 
 
 def inspect(metadata: Storage, snapshots: Storage | None = None, *, sizes: bool = False,
@@ -55,6 +61,9 @@ def inspect(metadata: Storage, snapshots: Storage | None = None, *, sizes: bool 
                 **head.to_json(),
                 "age_s": round((now_ms - head.commit_time_ms) / 1000, 1),
             }
+    tables = inspect_tables(snapshots or metadata, now_ms=now_ms)
+    if tables:
+        report["tables"] = tables
     if sizes:
         store = snapshots or metadata
         report["sizes"] = {
@@ -118,7 +127,84 @@ def render(report: dict[str, Any]) -> str:
             lines.append("    " + describe_iterate(query["iterate"]))
     for key, value in report.get("sizes", {}).items():
         lines.append(f"  {key.replace('_', ' ')}: {value}")
+    if report.get("tables"):
+        lines.append(describe_tables(report["tables"], indent="  "))
     return "\n".join([*lines, *_damage_lines(report)])
+
+
+def inspect_tables(root: Storage, now_ms: int | None = None) -> dict[str, Any]:
+    """The shared tables a state root publishes (``tables/<name>``): the versions their
+    logs hold, their checkpoints, the last compaction's frontier, and every reader's hold
+    with how far behind it is. ``spark_app tables --json`` prints it: add keys, do not
+    rename them."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    names = sorted({key.split("/")[1] for key in root.list(f"{TABLES}/") if key.count("/") >= 2})
+    tables: dict[str, Any] = {}
+    for name in names:
+        storage = ScopedStorage(root, f"{TABLES}/{name}")
+        log = TableLog(storage)
+        keys = log.keys()
+        versions = log.versions(keys)
+        if not versions:
+            continue
+        registry = HoldRegistry(storage)
+        frontier = registry.frontier()
+        holds = []
+        for hold in sorted(registry.holds(), key=lambda h: str(h.reader)):
+            age = hold_age(hold, versions[-1], log.timestamp_ms, now_ms)
+            broken = registry.broken(hold.reader)
+            holds.append({"reader": str(hold.reader), "kind": hold.kind, "version": hold.version,
+                          "behind": age.behind, "age_s": None if age.age_ms is None else round(age.age_ms / 1000, 1),
+                          "updated_s_ago": round((now_ms - hold.updated_ms) / 1000, 1),
+                          "broken": broken.reason if broken is not None and broken.state_id == hold.state_id
+                          else None})
+        tables[name] = {
+            "uri": storage.root_uri,
+            "versions": {"first": versions[0], "latest": versions[-1], "count": len(versions)},
+            "checkpoints": log.checkpoints(keys),
+            "frontier": frontier.to_json() if frontier else None,
+            "holds": holds,
+        }
+    return tables
+
+
+def describe_tables(tables: Mapping[str, Any], indent: str = "") -> str:
+    if not tables:
+        return f"{indent}no shared tables"
+    lines = []
+    for name, table in tables.items():
+        versions = table["versions"]
+        frontier = table["frontier"]
+        lines.append(f"{indent}table {name} at {table['uri']}: versions {versions['first']} to {versions['latest']} "
+                     f"in the log, checkpoints {table['checkpoints'] or 'none'}"
+                     + (f", compaction frontier {frontier['version']}" if frontier else ""))
+        for hold in table["holds"]:
+            state = f"BROKEN: {hold['broken']}" if hold["broken"] else (
+                "current" if not hold["behind"] else f"{hold['behind']} versions behind for {hold['age_s']}s")
+            lines.append(f"{indent}  hold of {hold['reader']} ({hold['kind']}): version {hold['version']}, {state}, "
+                         f"updated {hold['updated_s_ago']}s ago")
+        if not table["holds"]:
+            lines.append(f"{indent}  no reader holds a version")
+    return "\n".join(lines)
+
+
+def release_holds(folders: Sequence[Backend], reader: str, keys: Mapping[str, S3Keys | None]) -> list[str]:
+    """Drops every hold of ``reader`` (namespace/pipeline) on the tables in ``folders``: its
+    PersistentPipeline was deleted, and what it held may go at the next compaction."""
+    namespace, _, pipeline = reader.partition("/")
+    done = []
+    for folder in folders:
+        registry = HoldRegistry(folder.storage(keys=keys.get(folder.root)))
+        released = 0
+        for hold in registry.holds():
+            if (hold.reader.namespace, hold.reader.pipeline) == (namespace, pipeline):
+                registry.release(hold.reader)
+                registry.clear_broken(hold.reader)
+                released += 1
+                done.append(f"released the hold of {hold.reader} on {folder.root} (version {hold.version})")
+        if not released:
+            done.append(f"{reader} held nothing on {folder.root}")
+    return done
 
 
 def _damage_lines(report: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from spark_app.storage.base import (
 from spark_app.storage.filesystem import FilesystemStorage
 from spark_app.storage.retry import RetryingStorage, RetryPolicy
 from spark_app.storage.s3 import S3Location, S3Storage
+from spark_app.storage.scoped import ScopedStorage
 
 __all__ = [
     "FileEntry",
@@ -24,6 +25,7 @@ __all__ = [
     "RetryingStorage",
     "S3Location",
     "S3Storage",
+    "ScopedStorage",
     "Storage",
     "StorageError",
     "StorageMisconfigured",

@@ -239,7 +239,7 @@ class _PreconditionFailed(StorageError):
     pass
 
 
-def _make_client(location: S3Location) -> Any:
+def _make_client(location: S3Location, **credentials: Any) -> Any:
     import boto3.session
     import botocore.config
 
@@ -250,4 +250,12 @@ def _make_client(location: S3Location) -> Any:
         connect_timeout=5,
         read_timeout=30,
     )
-    return boto3.session.Session().client("s3", endpoint_url=location.endpoint_url, config=config)
+    return boto3.session.Session(**credentials).client("s3", endpoint_url=location.endpoint_url, config=config)
+
+
+def client_with_keys(location: S3Location, access_key_id: str, secret_access_key: str,
+                     session_token: str | None) -> Any:
+    """A client with credentials of its own (a shared table reached with the reader's own
+    Secret) rather than the standard chain; the caller passes it to ``S3Storage``."""
+    return _make_client(location, aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key,
+                        aws_session_token=session_token)

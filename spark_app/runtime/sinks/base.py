@@ -17,6 +17,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from spark_app import contract
 from spark_app.state.records import OutputHead, QueryHead
 from spark_app.storage import Storage
 
@@ -89,6 +90,10 @@ class Output(ABC):
 
     def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
         """The head naming the new snapshot is committed: what ``previous`` held can go."""
+
+    def table_report(self) -> contract.TableReport | None:
+        """A shared table's state, for the driver's report (None: not a shared table)."""
+        return None
 
     def close(self) -> None:
         pass

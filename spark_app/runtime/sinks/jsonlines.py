@@ -29,6 +29,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_app.faults import AFTER_PUBLISH, crash_point
@@ -45,8 +46,11 @@ class JsonLinesOutput(Output):
     ``time`` and ``diff``. In update mode an updated key gives a -1 line for the row last
     emitted and a +1 line for the new one; a row that did not change gives nothing."""
 
-    def __init__(self, name: str, path: str, key: Sequence[str] | None) -> None:
+    def __init__(self, name: str, path: str, key: Sequence[str] | None, changes: bool = False) -> None:
         super().__init__(name, os.path.abspath(path), key)
+        self._carries_diff = changes
+        """The query's rows carry their own ``diff`` (a shared table's changelog): written as
+        they are, consolidated per batch."""
         folder, file = os.path.split(self.path)
         self._pending = os.path.join(folder, f".{file}.pending")
         self._state = OutputState(self.key) if self.key is not None else None
@@ -112,9 +116,9 @@ class JsonLinesOutput(Output):
 
     def _encoded(self, batch: Batch) -> Iterator[tuple[bytes, int]]:
         """The batch's changelog lines, a chunk at a time, each with its line count."""
-        if batch.changelog:
+        if batch.changelog or self._carries_diff:
             # Retractions first, so that within a batch a row is removed before its update lands.
-            rows = batch.df.persist()
+            rows = (_consolidated(batch.df) if self._carries_diff else batch.df).persist()
             try:
                 for sign in (-1, 1):
                     part = rows.where(F.col("diff") < 0) if sign < 0 else rows.where(F.col("diff") > 0)
@@ -224,6 +228,16 @@ class JsonLinesOutput(Output):
     def close(self) -> None:
         if self._state is not None:
             self._state.close()
+
+
+def _consolidated(df: DataFrame) -> DataFrame:
+    """One line per distinct row and its net diff, none for a row that comes and goes
+    within the batch: a batch that spans several versions of a table may update a key
+    twice (-a +b, -b +c), which retractions-first order could not replay; consolidated,
+    it is -a +c."""
+    columns = [c for c in df.columns if c != "diff"]
+    return (df.groupBy(*columns).agg(F.sum("diff").cast("int").alias("diff")).where(F.col("diff") != 0)
+            .select(*df.columns))
 
 
 def _lines(path: str, start: int, end: int) -> Iterator[bytes]:

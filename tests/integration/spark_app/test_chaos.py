@@ -177,8 +177,10 @@ def test_kill_points_cover_every_point() -> None:
     """Not Spark: keeps KILL_POINTS in step with spark_app.faults."""
     from spark_app import faults
 
-    # The iterate's point has its own test (test_crash.py), the Kafka output's theirs (test_kafka_sink.py).
-    own_tests = {faults.IN_ITERATION, faults.IN_KAFKA_TRANSACTION, faults.AFTER_KAFKA_COMMIT}
+    # The iterate's point has its own test (test_crash.py), the Kafka output's theirs
+    # (test_kafka_sink.py), a shared table's compaction its own (test_shared_tables.py).
+    own_tests = {faults.IN_ITERATION, faults.IN_KAFKA_TRANSACTION, faults.AFTER_KAFKA_COMMIT,
+                 faults.IN_TABLE_COMPACTION}
     assert {p for p, _ in KILL_POINTS} == set(faults.BATCH_POINTS + faults.COUNTED_POINTS) - own_tests
 
 

@@ -62,6 +62,7 @@ def test_a_report_that_fails_never_stops_the_lease_renewal() -> None:
     driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
     driver._fatal = None  # type: ignore[attr-defined]
     driver._reporter = None  # type: ignore[attr-defined]
+    driver._readers = None  # type: ignore[attr-defined]
 
     def failing_status() -> None:
         raise ValueError("Expecting property name enclosed in double quotes")
@@ -76,6 +77,45 @@ def test_a_report_that_fails_never_stops_the_lease_renewal() -> None:
                 break
             deadline.wait(0.01)
         assert len(renewals) >= 3 and thread.is_alive(), renewals
+    finally:
+        driver._stop.set()  # type: ignore[attr-defined]
+        thread.join(5)
+
+
+def test_a_lookup_hold_refresh_that_fails_never_stops_the_lease_renewal() -> None:
+    """The lease thread also moves idle lookups' holds on shared tables; a refresh that
+    raises (a query's status call while it restarts, a table's log out of reach) must not
+    end the thread, as a failing report must not."""
+    import threading
+    from types import SimpleNamespace
+
+    from spark_app import contract
+    from spark_app.runtime.driver import Driver
+
+    renewals: list[object] = []
+    refreshes: list[object] = []
+
+    def failing_refresh(busy: object) -> None:
+        refreshes.append(busy)
+        raise RuntimeError("py4j: the query is being restarted")
+
+    driver = object.__new__(Driver)
+    driver._stop = threading.Event()  # type: ignore[attr-defined]
+    driver._options = SimpleNamespace(lease_renew_s=0.01)  # type: ignore[attr-defined]
+    driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
+    driver._fatal = None  # type: ignore[attr-defined]
+    driver._reporter = None  # type: ignore[attr-defined]
+    driver._readers = SimpleNamespace(refresh_lookups=failing_refresh)  # type: ignore[attr-defined]
+    driver._status = lambda: contract.DriverReport(epoch=1, stored_epoch=0, state="running")  # type: ignore[method-assign]
+    thread = threading.Thread(target=driver._renew_lease_forever, daemon=True)
+    thread.start()
+    try:
+        deadline = threading.Event()
+        for _ in range(200):
+            if len(renewals) >= 3:
+                break
+            deadline.wait(0.01)
+        assert len(renewals) >= 3 and len(refreshes) >= 2 and thread.is_alive(), (renewals, refreshes)
     finally:
         driver._stop.set()  # type: ignore[attr-defined]
         thread.join(5)

@@ -1,0 +1,23 @@
+"""bench-shared (a): one of three pipelines that each recompute the per-customer aggregate
+from the raw orders and keep their own copy of its state and output."""
+
+import argparse
+
+from pyspark.sql import functions as F
+
+import spark_app as sa
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--orders", required=True)
+parser.add_argument("--output", required=True)
+parser.add_argument("--state", required=True)
+parser.add_argument("--trigger-interval-ms", type=int, default=500)
+args = parser.parse_args()
+
+orders = sa.io.csv.read(args.orders, schema="order_id STRING, customer_id STRING, region STRING, amount LONG",
+                        persistent_id="orders")
+customers = (orders.groupBy("customer_id")
+             .agg(F.max("region").alias("region"), F.count("*").alias("open_orders"), F.sum("amount").alias("total")))
+sa.io.jsonlines.write(customers, args.output)
+sa.run(persistence_config=sa.persistence.Config.simple_config(sa.persistence.Backend.from_uri(args.state)),
+       trigger_interval_ms=args.trigger_interval_ms)

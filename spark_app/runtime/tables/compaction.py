@@ -1,0 +1,194 @@
+"""A published table's compaction, in a thread of the publisher's driver, off the batches'
+path: every ``every_batches`` committed batches, and every ``every_s`` seconds whatever
+happens (readers that advance while the publisher idles free history too).
+
+One round:
+
+1. OPTIMIZE (Delta merges the small files MERGEs leave; a version that changes no data,
+   which changelog readers skip). It holds the table's lock: a MERGE waits for it, since
+   the two would conflict.
+2. The holds are read; a hold behind for longer than the table's maximum hold age is
+   broken (a marker its reader cannot remove, spark_app.state.tables).
+3. The frontier (spark_app.state.compaction) is recorded in ``_compaction/frontier.json``
+   before anything goes, so that a reader that needs an older version finds out that it
+   is gone instead of failing on a missing file.
+4. The data files no version from the frontier on needs, and the log's files below the
+   newest checkpoint at or below it, are deleted.
+
+Delta's VACUUM is not used: it keeps what the newest version needs plus whatever is
+younger than a retention period, rounded to whole hours (VacuumCommand rounds
+``retentionHours``), where a hold names a version; a sweep by version keeps exactly what
+the holds need. Its deletions are the sweep's, so VACUUM's retention check does not apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+from pyspark.sql import SparkSession
+
+from spark_app import contract
+from spark_app.faults import IN_TABLE_COMPACTION, crash_point
+from spark_app.state import compaction as plan
+from spark_app.state.delta_log import TableLog
+from spark_app.state.tables import Broken, Frontier, Hold, HoldRegistry
+from spark_app.storage import Storage, StorageError
+
+log = logging.getLogger("spark_app")
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    every_batches: int = 10
+    """Compact after this many committed batches."""
+    every_s: float = 60.0
+    """And at least this often."""
+    margin_s: float = 60.0
+    """Versions committed this recently, and files written this recently, are kept whatever
+    the holds say: a new reader has this long to write its hold after it read the latest
+    version, and a write in flight is never taken for garbage."""
+    max_hold_age_s: float | None = None
+    """A hold behind for longer than this is broken (None: never)."""
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one compaction round found and did."""
+
+    latest: int
+    frontier: int
+    bytes: int
+    holders: tuple[contract.HolderReport, ...]
+    deleted_files: int
+    deleted_log_files: int
+    seconds: float
+    at_ms: int
+
+
+class Compactor:
+    def __init__(self, name: str, uri: str, storage: Storage, registry: HoldRegistry, lock: threading.Lock,
+                 spark: SparkSession, settings: CompactionSettings) -> None:
+        self.name = name
+        self._uri = uri
+        self._storage = storage
+        self._registry = registry
+        self._lock = lock
+        # A session of its own: Delta reads a MERGE's transaction id from the session's
+        # configuration, which the publisher's batches set.
+        self._spark = spark.newSession()
+        self._settings = settings
+        self._log = TableLog(storage)
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._batches = 0
+        self._last: Round | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"spark_app-compaction-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def batch_committed(self) -> None:
+        self._batches += 1
+        if self._batches >= self._settings.every_batches:
+            self._batches = 0
+            self._wake.set()
+
+    def report(self) -> contract.TableReport:
+        last = self._last
+        if last is None:
+            return contract.TableReport()
+        return contract.TableReport(version=last.latest, bytes=last.bytes, frontier=last.frontier,
+                                    compacted_ms=last.at_ms, holders=last.holders)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self._settings.every_s)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                self.compact()
+            except StorageError as error:
+                log.warning("table %s: compaction skipped (%s); it runs again later", self.name, error)
+            except Exception:  # noqa: BLE001 - compaction is housekeeping: a failed round must not stop the driver
+                log.exception("table %s: compaction failed; it runs again later", self.name)
+
+    def compact(self) -> Round:
+        started = time.monotonic()
+        with self._lock:
+            self._optimize()
+        now_ms = int(time.time() * 1000)
+        margin_ms = int(self._settings.margin_s * 1000)
+        keys = self._log.keys()
+        latest = self._log.versions(keys)[-1]
+        holds = self._registry.holds()
+        ages = [plan.hold_age(h, latest, self._log.timestamp_ms, now_ms) for h in holds]
+        max_age_ms = None if self._settings.max_hold_age_s is None else int(self._settings.max_hold_age_s * 1000)
+        for stale in plan.stale(ages, max_age_ms):
+            self._break(stale, now_ms)
+        broken = {h.reader for h in holds if self._is_broken(h)}
+        live = [h for h in holds if h.reader not in broken]
+        margin_version = plan.latest_before(latest, self._log.timestamp_ms, now_ms - margin_ms)
+        frontier = plan.frontier(live, latest, margin_version)
+        self._registry.set_frontier(Frontier(frontier, latest, now_ms))
+        needed = plan.needed_files(self._snapshot_files(frontier),
+                                   (self._log.commit(v) for v in range(frontier, latest + 1)))
+        entries = self._storage.list_entries("")
+        doomed = plan.doomed_data_files(entries, needed, now_ms, margin_ms)
+        doomed_log = plan.doomed_log_keys(keys, self._log.checkpoints(keys), frontier)
+        for number, path in enumerate([*doomed, *doomed_log]):
+            if number == (len(doomed) + len(doomed_log)) // 2:
+                crash_point(IN_TABLE_COMPACTION)
+            self._storage.delete(path)
+        self._log.forget(frontier)
+        gone = set(doomed) | set(doomed_log)
+        blocking = min((h.version for h in live), default=None)
+        holders = tuple(
+            contract.HolderReport(reader=str(a.hold.reader), kind=a.hold.kind, version=a.hold.version,
+                                  behind=a.behind, age_s=None if a.age_ms is None else a.age_ms / 1000,
+                                  broken=a.hold.reader in broken,
+                                  blocking=a.hold.reader not in broken and frontier < latest
+                                  and a.hold.version == blocking == frontier)
+            for a in sorted(ages, key=lambda a: str(a.hold.reader)))
+        result = Round(latest=latest, frontier=frontier, bytes=sum(e.size for e in entries if e.path not in gone),
+                       holders=holders, deleted_files=len(doomed), deleted_log_files=len(doomed_log),
+                       seconds=round(time.monotonic() - started, 3), at_ms=now_ms)
+        self._last = result
+        log.info("table %s: compacted in %.1fs: latest version %d, frontier %d, %d holds, %d files and %d log "
+                 "files deleted, %d bytes kept", self.name, result.seconds, latest, frontier, len(holds),
+                 len(doomed), len(doomed_log), result.bytes)
+        return result
+
+    def _optimize(self) -> None:
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(self._spark, self._uri).optimize().executeCompaction()
+
+    def _snapshot_files(self, version: int) -> set[str]:
+        """The data files of the table's snapshot at ``version``, relative to the table."""
+        files = (self._spark.read.format("delta").option("versionAsOf", version).load(self._uri).inputFiles())
+        root = urlparse(self._uri).path.rstrip("/") + "/"
+        return {unquote(urlparse(f).path).removeprefix(root) for f in files}
+
+    def _is_broken(self, hold: Hold) -> bool:
+        marker = self._registry.broken(hold.reader)
+        return marker is not None and marker.state_id == hold.state_id
+
+    def _break(self, stale: plan.HoldAge, now_ms: int) -> None:
+        hold = stale.hold
+        age = "unknown" if stale.age_ms is None else f"{stale.age_ms / 1000:.0f}s"
+        reason = (f"it held version {hold.version}, {stale.behind} versions behind for {age}, longer than the "
+                  f"table's maximum hold age of {self._settings.max_hold_age_s:.0f}s")
+        if self._registry.mark_broken(Broken(hold.reader, hold.state_id, hold.version, now_ms, reason)):
+            log.warning("table %s: broke the hold of %s: %s", self.name, hold.reader, reason)

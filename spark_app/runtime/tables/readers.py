@@ -1,0 +1,174 @@
+"""A reader's holds on the shared tables it reads.
+
+Before any of its queries starts, a reader registers a hold on each table: at the
+version its last commit says it needs (a restart), or at the latest version (a first
+start, which reads a snapshot at least that new). After each commit the hold moves to
+what that commit says: a changelog's next version, a lookup's version read. So the hold
+is always at or below what the reader may still need, whatever moment it dies at.
+
+A reader refuses to start (``HoldBroken``, exit code EXIT_TABLE_VERSIONS_GONE) when it
+needs a version that the publisher no longer keeps: its hold was broken for being too
+old, or released. A lookup never needs history (it reads the latest version at each
+batch), so it only warns and holds afresh. A running reader whose hold gets broken stops
+at its next commit, with the same message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from spark_app.runtime.tables.location import TableLocation
+from spark_app.state.delta_log import TableLog
+from spark_app.state.records import QueryHead
+from spark_app.state.tables import (
+    CHANGELOG,
+    LOOKUP,
+    Broken,
+    ChangelogPosition,
+    Hold,
+    HoldBroken,
+    HoldRegistry,
+    LookupPosition,
+    ReaderId,
+)
+
+log = logging.getLogger("spark_app")
+
+
+@dataclass(frozen=True)
+class TableInput:
+    """A table a pipeline reads, as declared (spark_app.io.tables)."""
+
+    persistent_id: str
+    kind: str
+    """CHANGELOG or LOOKUP."""
+    location: TableLocation
+
+
+class TableMissing(Exception):
+    """A table a reader declares does not exist (yet)."""
+
+
+class Readers:
+    def __init__(self, inputs: Mapping[str, TableInput], owner: str, state_id: str, reset_hint: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._inputs = dict(inputs)
+        self._state_id = state_id
+        self._hint = reset_hint
+        self._clock = clock
+        self._ids = {pid: ReaderId.for_pipeline(owner, pid, state_id) for pid in inputs}
+        self._registries = {pid: HoldRegistry(i.location.storage) for pid, i in inputs.items()}
+        self._needed: dict[str, dict[str, int]] = {}
+        """Per input, the version each query that reads it still needs (the hold is the lowest)."""
+
+    @property
+    def inputs(self) -> Mapping[str, TableInput]:
+        return self._inputs
+
+    def open(self, heads: Mapping[str, QueryHead]) -> None:
+        """Registers every hold; raises ``HoldBroken`` for a table that lost what this reader needs."""
+        for pid, table in self._inputs.items():
+            if table.kind == LOOKUP:
+                self._open_lookup(pid)
+            else:
+                self._open_changelog(pid, _positions(pid, heads))
+
+    def _open_changelog(self, pid: str, positions: dict[str, int]) -> None:
+        registry, reader, table = self._registries[pid], self._ids[pid], self._inputs[pid]
+        broken = registry.broken(reader)
+        if not positions:
+            if broken is not None:
+                registry.clear_broken(reader)  # a predecessor's, before this state was reset
+            latest = self._latest(pid)
+            self._put(pid, latest, latest)
+            log.info("table %s: %s holds version %d (first start: it reads the table's contents, then its changes)",
+                     table.location.ref, reader, latest)
+            return
+        self._needed[pid] = dict(positions)
+        needed = min(positions.values())
+        if broken is not None and broken.state_id == self._state_id:
+            raise self._gone(pid, needed, broken.reason, broken_hold=True)
+        if broken is not None:
+            registry.clear_broken(reader)
+        self._put(pid, needed, needed)
+        frontier = registry.frontier()
+        if frontier is not None and needed < frontier.version:
+            raise self._gone(pid, needed, "", broken_hold=False)
+        log.info("table %s: %s holds version %d (resumed)", table.location.ref, reader, needed)
+
+    def _open_lookup(self, pid: str) -> None:
+        registry, reader = self._registries[pid], self._ids[pid]
+        if registry.broken(reader) is not None:
+            log.warning("table %s: the hold of lookup %s had been broken; a lookup reads the latest version "
+                        "anyway, so it holds afresh", self._inputs[pid].location.ref, reader)
+            registry.clear_broken(reader)
+        latest = self._latest(pid)
+        self._put(pid, latest, latest + 1)
+
+    def committed(self, query: str, head: QueryHead, pids: Iterable[str]) -> None:
+        """Moves the holds of a query's inputs to what its new commit needs; raises
+        ``HoldBroken`` if the publisher broke one meanwhile (the commit stands: what it
+        read was there)."""
+        for pid in pids:
+            table = self._inputs.get(pid)
+            offset = head.offsets.get(pid)
+            if table is None or offset is None:
+                continue
+            needed = self._needed.setdefault(pid, {})
+            if table.kind == CHANGELOG:
+                needed[query] = ChangelogPosition.from_offset(offset).needed
+                broken = self._registries[pid].broken(self._ids[pid])
+                if broken is not None and broken.state_id == self._state_id:
+                    raise self._gone(pid, needed[query], broken.reason, broken_hold=True)
+                lowest = min(needed.values())
+                self._put(pid, lowest, lowest)
+            else:
+                position = LookupPosition.from_offset(offset)
+                if position is None:
+                    continue
+                needed[query] = position.version
+                lowest = min(needed.values())
+                self._put(pid, lowest, lowest + 1)
+
+    def refresh_lookups(self, busy: Callable[[], bool]) -> None:
+        """Moves idle lookups' holds to the latest version, so that a lookup whose stream is
+        quiet does not hold the table back: the latest version is read before checking
+        that no batch runs, and a batch planned after the check reads one at least as new."""
+        for pid, table in self._inputs.items():
+            if table.kind != LOOKUP:
+                continue
+            latest = TableLog(table.location.storage).latest()
+            if latest is None or busy():
+                continue
+            self._needed.pop(pid, None)
+            self._put(pid, latest, latest + 1)
+
+    def _put(self, pid: str, version: int, next_version: int) -> None:
+        self._registries[pid].put(Hold(self._ids[pid], self._inputs[pid].kind, version, next_version,
+                                       self._state_id, int(self._clock() * 1000)))
+
+    def _latest(self, pid: str) -> int:
+        table = self._inputs[pid]
+        latest = TableLog(table.location.storage).latest()
+        if latest is None:
+            raise TableMissing(f"table {table.location.ref} does not exist at {table.location.uri} (its "
+                               "publisher has not committed a batch yet)")
+        return latest
+
+    def _gone(self, pid: str, needed: int, reason: str, broken_hold: bool) -> HoldBroken:
+        registry = self._registries[pid]
+        frontier = registry.frontier()
+        broken = registry.broken(self._ids[pid]) if broken_hold else None
+        if broken_hold and broken is None:
+            broken = Broken(self._ids[pid], self._state_id, needed, 0, reason)
+        return HoldBroken(str(self._inputs[pid].location.ref), self._ids[pid], needed,
+                          frontier.version if frontier else None, broken, self._hint)
+
+
+def _positions(pid: str, heads: Mapping[str, QueryHead]) -> dict[str, int]:
+    """The version each query that has committed a position in a changelog still needs."""
+    return {query: ChangelogPosition.from_offset(head.offsets[pid]).needed
+            for query, head in heads.items() if pid in head.offsets}

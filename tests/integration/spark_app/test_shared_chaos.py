@@ -1,0 +1,93 @@
+"""Chaos for shared tables, on both storage backends: the publisher and its two readers
+(examples/shared_{publisher,tiers,clicks}.py) run side by side while orders and clicks
+arrive, and each in turn, at random, is killed with SIGKILL (Python and its JVM, as a
+lost node) and started again. Once the input stops and each has read everything, the
+changelog reader's table and tiers and the lookup reader's enriched clicks equal a plain
+computation over all input: a version skipped or applied twice, or a batch of the
+publisher made into two versions, fails.
+
+``make test`` runs one round, on S3 (four kills; the filesystem backend's shared tables are
+the other tests of test_shared_tables.py); ``make test-chaos`` runs CHAOS_ROUNDS rounds on
+each backend, with more kills.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.spark_app.shared import SharedWorkspace, open_workspace
+from tests.integration.spark_app.test_shared_tables import run, txn_batches
+
+pytestmark = pytest.mark.spark
+
+CHAOS = "CHAOS_ROUNDS" in os.environ
+ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
+CASES = [(r, ("filesystem", "s3")[r % 2]) for r in range(ROUNDS * 2)] if CHAOS else [(1, "s3")]
+KILLS = 8 if CHAOS else 4
+ORDER_FILES = 14 if CHAOS else 10
+CLICK_FILES = 8 if CHAOS else 6
+
+
+@pytest.fixture
+def chaos_shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
+    workspace = open_workspace(request, tmp_path, request.node.callspec.params["case"][1])
+    yield workspace
+    workspace.kill_all()
+
+
+def feed(shared: SharedWorkspace, pace: float) -> threading.Thread:
+    def run_feed() -> None:
+        for f in range(1, max(ORDER_FILES, CLICK_FILES)):
+            if f < ORDER_FILES:
+                shared.add_orders(f)
+            if f < CLICK_FILES:
+                shared.add_clicks(f)
+            time.sleep(pace)
+
+    thread = threading.Thread(target=run_feed, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{b}-{r}" for r, b in CASES])
+def test_a_publisher_and_its_readers_killed_at_random_lose_and_repeat_nothing(
+        chaos_shared: SharedWorkspace, case: tuple[int, str]) -> None:
+    shared = chaos_shared
+    chance = random.Random(case[0])
+    shared.add_orders(0)
+    shared.add_clicks(0)
+    run(shared.publisher("--stop-when-idle"))  # the readers need the table to exist
+    # Small compactions, so that a kill can land in one and readers' holds matter.
+    publisher_args = ("--max-files-per-trigger", "1", "--compact-every-batches", "2", "--compact-every-s", "3",
+                      "--compaction-margin-s", "0")
+    starts = {
+        "publisher": lambda: shared.publisher(*publisher_args),
+        "tiers": lambda: shared.tiers("--max-files-per-trigger", "1"),
+        "clicks": lambda: shared.clicks(),
+    }
+    drivers = {name: start().start() for name, start in starts.items()}
+    feeder = feed(shared, pace=1.5)
+    killed = []
+    for _ in range(KILLS):
+        time.sleep(chance.uniform(4, 14))
+        victim = chance.choice(sorted(drivers))
+        drivers[victim].kill()
+        killed.append(victim)
+        drivers[victim] = starts[victim]().start()
+    feeder.join()
+    for driver in drivers.values():
+        driver.kill()
+    # Each in turn reads everything there is, and stops.
+    run(shared.publisher("--stop-when-idle", *publisher_args))
+    run(shared.tiers("--stop-when-idle"))
+    run(shared.clicks("--stop-when-idle"))
+    assert all(n == 1 for n in txn_batches(shared).values()), f"a batch made two versions (killed {killed})"
+    shared.check_tiers(range(ORDER_FILES))
+    shared.check_clicks(range(CLICK_FILES))
