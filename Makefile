@@ -224,6 +224,7 @@ test-chaos: setup ## Every chaos family on both backends and on Kafka, CHAOS_ROU
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-25} $(TEST_JVM) $(PYTEST) tests/integration/spark_app/test_crash.py \
 	  tests/integration/spark_app/test_chaos.py tests/integration/spark_app/test_table_backfill.py \
 	  tests/integration/spark_app/test_shared_chaos.py \
+	  tests/integration/spark_app/test_shared_tables.py::test_a_published_table_is_read_as_a_changelog_and_looked_up_exactly \
 	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_while_messages_arrive_loses_and_repeats_nothing \
 	  tests/integration/spark_app/test_kafka_source.py::test_kill_9_at_each_fault_point_in_turn_loses_and_repeats_nothing \
 	  -q -n 2 --durations=10 $(PYTEST_ARGS)
