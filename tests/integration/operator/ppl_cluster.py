@@ -126,6 +126,13 @@ class Namespace:
     def event_reasons(self, pipeline: str) -> list[str]:
         return [reason for _, reason, _ in self.events(pipeline)]
 
+    def announced(self, pipeline: str, *reasons: str, timeout: float = 30) -> list[str]:
+        """The Event reasons once they include ``reasons``. The operator posts a pass's Events
+        after it has recorded its status (or released its finalizer): what the status shows
+        can be seen a moment before them (a cold run read the Events in between)."""
+        return eventually(f"the events {', '.join(reasons)} of {pipeline}",
+                          lambda: set(reasons) <= set(found := self.event_reasons(pipeline)) and found, timeout)
+
     def kill_driver(self, pipeline: str) -> int:
         """SIGKILL to the driver's main process (the local node agent runs containers as processes)."""
         pod = self.driver(pipeline)

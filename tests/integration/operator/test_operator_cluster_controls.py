@@ -23,7 +23,7 @@ def test_suspend_stops_gracefully_resume_continues_and_restart_nonce_restarts(
     assert ns.pod("wordcount-driver") is None
     status = ns.status("wordcount")
     assert "lastFailure" not in status and status["restarts"]["total"] == 0
-    assert {"Stopping", "Suspended"} <= set(ns.event_reasons("wordcount"))
+    ns.announced("wordcount", "Stopping", "Suspended")
 
     write_words(data, "b.csv", ["kiwi"])
     ns.patch("wordcount", {"state": "running"})
@@ -52,7 +52,7 @@ def test_delete_with_retain_keeps_the_state_and_recreating_resumes_from_it(ns: N
     eventually("the pipeline deleted", lambda: ns.pipeline("wordcount") is None, timeout=120)
     assert ns.pod("wordcount-driver") is None
     assert (state / ns.name / "wordcount" / "log").is_dir(), "the state was not retained"
-    assert "StateRetained" in ns.event_reasons("wordcount")
+    ns.announced("wordcount", "StateRetained")
 
     write_words(data, "b.csv", ["grape", "fig"])
     ns.apply(wordcount())

@@ -99,7 +99,7 @@ def test_a_driver_pod_that_pod_security_refuses_is_reported_on_the_pipeline(ns: 
     message = eventually("the refusal in status", lambda: "PodSecurity" in ns.status("wordcount").get("message", "")
                          and ns.status("wordcount")["message"], timeout=30)
     assert ns.status("wordcount")["phase"] == "Invalid" and 'restricted volume types' in message, message
-    assert ns.pod("wordcount-driver") is None and ns.event_reasons("wordcount") == ["InvalidSpec"]
+    assert ns.pod("wordcount-driver") is None and ns.announced("wordcount", "InvalidSpec") == ["InvalidSpec"]
     assert ns.status("wordcount")["driver"]["epoch"] == 0, "no epoch was spent on a pod that could not be created"
 
 

@@ -85,7 +85,8 @@ def test_a_reader_waits_for_its_table_starts_by_itself_and_releases_its_hold_whe
     assert ns.status("tiers")["phase"] == "Pending"
     assert f"{ns.name}/{PUBLISHER}/customers" in progressing(ns, "tiers")["message"]
     assert "does not exist" in progressing(ns, "tiers")["message"]
-    assert "WaitingForTable" in ns.event_reasons("tiers") and ns.driver("tiers", running=False) is None
+    ns.announced("tiers", "WaitingForTable")
+    assert ns.driver("tiers", running=False) is None
 
     for f in range(3):
         write_csv(ns.folder("data") / "orders", f"part-{f:04d}.csv", ORDERS_HEADER, orders(f))
