@@ -196,10 +196,12 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	@echo ">>> operator on the local cluster"
 	@# Two workers on one cluster (a namespace and an operator per test): most of a test is
 	@# waiting for a driver's JVM, a batch or a backoff. The cluster is brought up first and
-	@# down after, so that neither worker stops it under the other.
+	@# down after, so that neither worker stops it under the other. `|| status=` because the
+	@# recipe's shell stops at the first failing command (-e): `pytest; status=$$?` left the
+	@# whole control plane running after a failed test (a cold run of 2026-11-25).
 	$(PY) -m localcluster up
-	$(PYTEST) tests/integration/operator -q -n 2 --durations=5 $(PYTEST_ARGS); \
-	  status=$$?; $(PY) -m localcluster down; exit $$status
+	status=0; $(PYTEST) tests/integration/operator -q -n 2 --durations=5 $(PYTEST_ARGS) || status=$$?; \
+	  $(PY) -m localcluster down; exit $$status
 	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
 	$(PYTEST) tests/e2e -q --durations=5 $(PYTEST_ARGS)
 
