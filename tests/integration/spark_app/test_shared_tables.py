@@ -256,15 +256,15 @@ def test_storage_of_a_table_stays_bounded_while_its_readers_keep_up(fs_shared: S
     log = TableLog(storage)
     entries = storage.list_entries("")
     data = sum(e.size for e in entries if not e.path.startswith("_"))
+    checkpoint = json.loads(storage.read("_delta_log/_last_checkpoint"))
     print(json.dumps({"batches": STORAGE_BATCHES, "versions": log.latest(), "bytes": storage.size(""),
-                      "checkpoint_actions": json.loads(storage.read("_delta_log/_last_checkpoint"))["size"],
+                      "checkpoint_actions": checkpoint["size"],
                       "data_bytes": data, "files": len(entries), "log_files": len(log.keys()),
                       "sizes": sizes}))
     versions = log.versions()
     assert len(versions) <= 25, f"the log keeps {len(versions)} commits"
     # The newest checkpoint: the snapshot's few files and a minute of removed files' tombstones
     # (before they expired after a minute, 500 batches left 1,916 actions in it).
-    checkpoint = json.loads(storage.read("_delta_log/_last_checkpoint"))
     assert checkpoint["size"] <= 400, f"the checkpoint holds {checkpoint['size']} actions"
     # Data files: the latest snapshot (one file after OPTIMIZE), the files changed since
     # the frontier (at most the 10 batches between compactions and the margin's), each
