@@ -187,9 +187,8 @@ class Demo:
     def shared_outputs(self) -> tuple[str | None, str | None, str | None]:
         return self.ns.read(TIERS_OUTPUT), self.ns.read(TIERS_CHANGES), self.ns.read(CLICKS_OUTPUT)
 
-    def shared_exact(self) -> dict[str, bool]:
+    def shared_exact(self, tiers: str | None, changes: str | None, clicks: str | None) -> dict[str, bool]:
         """Each reader's output against a plain computation over the orders and clicks fed."""
-        tiers, changes, clicks = self.shared_outputs()
         return {"tiers": (shared_tables.folded_tiers(tiers) == shared_tables.expected_tiers(self.fed_orders)
                           and shared_tables.folded_customers(changes)
                           == shared_tables.expected_customers(self.fed_orders)),
@@ -198,7 +197,8 @@ class Demo:
     def wait_for_shared(self) -> None:
         began = time.monotonic()
         story.wait_for("both readers' outputs to include every order and click",
-                       lambda: all(self.shared_exact().values()), WAIT, progress=self.progress)
+                       lambda: all(self.shared_exact(*self.shared_outputs()).values()), WAIT,
+                       progress=self.progress)
         self.progress(force=True)
         self.say(f"the readers caught up with the input in {time.monotonic() - began:.0f}s")
 
@@ -384,8 +384,8 @@ class Demo:
 
     def shared_summary(self) -> dict[str, bool]:
         """The shared-table chapter's lines of the summary; whether each reader's output is exact."""
-        exact, t = self.shared_exact(), self.table()
         tiers, changes, clicks = self.shared_outputs()
+        exact, t = self.shared_exact(tiers, changes, clicks), self.table()
         print(f"{PUBLISHER} (publishes {TABLE}):")
         print(f"  epoch {self.facts[PUBLISHER]['epoch_before']} -> {self.ns.epoch(PUBLISHER)}; "
               f"Resumed: {self.facts[PUBLISHER]['resumed']}")

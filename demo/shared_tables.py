@@ -78,11 +78,15 @@ def expected_clicks(files: Iterable[int]) -> Counter[str]:
 
 
 def orders_csv(file_number: int) -> str:
-    return ORDERS_HEADER + "\n" + "".join(f"{row}\n" for row in orders(file_number))
+    return _csv(ORDERS_HEADER, orders(file_number))
 
 
 def clicks_csv(file_number: int) -> str:
-    return CLICKS_HEADER + "\n" + "".join(f"{row}\n" for row in clicks(file_number))
+    return _csv(CLICKS_HEADER, clicks(file_number))
+
+
+def _csv(header: str, rows: list[str]) -> str:
+    return header + "\n" + "".join(f"{row}\n" for row in rows)
 
 
 def folded_customers(changelog: str | None) -> dict[tuple[Any, ...], dict[str, Any]]:
