@@ -192,15 +192,16 @@ def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_o
 def test_a_reader_whose_hold_was_broken_refuses_to_start_saying_what_is_gone(fs_shared: SharedWorkspace) -> None:
     shared = fs_shared
     shared.add_orders(0)
-    # Long enough for the reader's own run, on a loaded machine, to pass a version before its
-    # hold is old (4 s broke the live reader's hold in a run of 2 workers: 9 s to its next batch).
-    publisher = shared.publisher(*FAST, "--max-files-per-trigger", "1", "--max-hold-age-s", "20").start()
-    publisher.wait_for_log("orders: 1 files")
+    # The reader runs while no publisher does: a publisher running beside it broke its hold
+    # before its first commit whenever that took longer than the hold age (20 s once, in a run
+    # of 2 workers), and the test is about a suspended reader's hold.
+    run(shared.publisher("--stop-when-idle", *FAST))
     run(shared.tiers("--stop-when-idle", name="slow"))
     slow = reader_id(shared, "slow")
     registry = HoldRegistry(table_storage(shared))
     held = registry.hold(slow)
     assert held is not None
+    publisher = shared.publisher(*FAST, "--max-files-per-trigger", "1", "--max-hold-age-s", "4").start()
     feed_batches(shared, publisher, range(1, 4))
     broken = wait_until("the stale hold broken", lambda: registry.broken(slow), timeout=120)
     assert broken.version == held.version and "maximum hold age" in broken.reason
