@@ -187,6 +187,9 @@ def test_kill_points_cover_every_point() -> None:
 OUTAGE_ROUNDS = range(ROUNDS if CHAOS else 1)
 
 
+# make test: the operator's test_operator_cluster_recovery.py tells the same story on the
+# local cluster (drivers give up after the budget, are relaunched, resume exactly).
+@pytest.mark.long
 @pytest.mark.parametrize("round_", OUTAGE_ROUNDS)
 def test_a_storage_outage_longer_than_the_budget_ends_the_driver_and_a_relaunch_resumes(
         s3_server, tmp_path, round_: int) -> None:  # type: ignore[no-untyped-def]

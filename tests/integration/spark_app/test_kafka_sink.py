@@ -57,7 +57,8 @@ def feed(workspace: Workspace, files: range) -> None:
         write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
 
 
-@pytest.mark.parametrize("point", [IN_KAFKA_TRANSACTION, AFTER_KAFKA_COMMIT])
+# make test: inside the transaction (the abort path); after the commit replays a committed batch.
+@pytest.mark.parametrize("point", [IN_KAFKA_TRANSACTION, pytest.param(AFTER_KAFKA_COMMIT, marks=pytest.mark.long)])
 def test_a_driver_killed_around_the_kafka_commit_writes_each_change_once(
         kafka_broker: KafkaBroker, fs_workspace: Workspace, point: str) -> None:
     workspace, topic = fs_workspace, topics(kafka_broker)

@@ -5,7 +5,8 @@ offsets that retention removed stop the driver with the gap named, or are skippe
 counted; messages that do not parse go to the dead letters with topic, partition and offset.
 
 Every output is folded and compared exactly with a plain computation over all messages.
-`make test` runs one round of the kill -9 family; `make test-chaos` runs CHAOS_ROUNDS.
+`make test` kills at each fault point in turn, `make test-long` adds one round at random;
+`make test-chaos` runs CHAOS_ROUNDS of both.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def committed(workspace: Workspace) -> dict[str, object]:
     return report["queries"]["counts_jsonlines"]  # type: ignore[index,no-any-return]
 
 
+@pytest.mark.long  # make test: kill -9 at each fault point in turn, below
 @pytest.mark.parametrize("seed", range(ROUNDS))
 def test_kill_9_while_messages_arrive_loses_and_repeats_nothing(
         kafka_broker: KafkaBroker, fs_workspace: Workspace, seed: int) -> None:

@@ -27,15 +27,15 @@ from tests.integration.spark_app.shared import SharedWorkspace, open_workspace, 
 
 pytestmark = pytest.mark.spark
 
-# make test: 30 batches, three compactions (without them the log would keep 30 versions and
+# make test-long: 30 batches, three compactions (without them the log would keep 30 versions and
 # more, over the bound asserted); make test-shared-storage: 500.
 STORAGE_BATCHES = int(os.environ.get("SHARED_STORAGE_BATCHES", "30"))
 FAST = ("--compact-every-batches", "1", "--compact-every-s", "2", "--compaction-margin-s", "0")
 
 
-# make test runs the example pair on the filesystem: S3 runs it in test_shared_chaos.py's
-# round, outputs compared as exactly (216 s saved in a cold make test); make test-chaos
-# (CHAOS_ROUNDS) runs it here on both.
+# make test runs the example pair only in test_shared_chaos.py's round (on S3, killed at
+# random, outputs compared as exactly); make test-long runs it here on the filesystem, make
+# test-chaos (CHAOS_ROUNDS) on both.
 @pytest.fixture(params=["filesystem", "s3"] if "CHAOS_ROUNDS" in os.environ else ["filesystem"])
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
     workspace = open_workspace(request, tmp_path, request.param)
@@ -73,6 +73,7 @@ def txn_batches(workspace: SharedWorkspace) -> Counter[int]:
     return batches
 
 
+@pytest.mark.long
 def test_a_published_table_is_read_as_a_changelog_and_looked_up_exactly(shared: SharedWorkspace) -> None:
     shared.add_orders(0)
     run(shared.publisher("--stop-when-idle"))
@@ -228,8 +229,9 @@ def test_a_publisher_killed_in_the_middle_of_a_compaction_leaves_a_readable_tabl
     shared.check_tiers(range(6))
 
 
+@pytest.mark.long  # make test: the suspended reader's test sees compaction delete the old log
 def test_storage_of_a_table_stays_bounded_while_its_readers_keep_up(fs_shared: SharedWorkspace) -> None:
-    """SHARED_STORAGE_BATCHES batches (30 in make test, 500 in make test-shared-storage)
+    """SHARED_STORAGE_BATCHES batches (30 in make test-long, 500 in make test-shared-storage)
     with a changelog reader following: the table's folder holds the latest snapshot, the
     versions since the frontier and the log from its checkpoint on, however long the
     history grows."""
