@@ -51,7 +51,7 @@ from spark_app.runtime.sources.kafka import (
 )
 from spark_app.runtime.sources.kafka import lag as kafka_lag
 from spark_app.runtime.sources.reader import SourceOrderChanged
-from spark_app.runtime.tables.readers import Readers, TableMissing
+from spark_app.runtime.tables.readers import PlanMissing, Readers, TableMissing
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
@@ -65,7 +65,7 @@ from spark_app.state.session import (
     StateOwnedElsewhere,
     StateSession,
 )
-from spark_app.state.tables import HoldBroken, TableError
+from spark_app.state.tables import BACKFILL, HoldBroken, TableError
 from spark_app.storage import RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable
 
 log = logging.getLogger("spark_app")
@@ -92,6 +92,7 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
     (HoldBroken, contract.EXIT_TABLE_VERSIONS_GONE),
     (TableMissing, contract.EXIT_MISCONFIGURED),
+    (PlanMissing, contract.EXIT_MISCONFIGURED),
     (TableError, contract.EXIT_MISCONFIGURED),
 ]
 
@@ -175,8 +176,10 @@ class Driver:
         threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         if self._pipeline.shared:
             # Set once its holds are registered: the renewal thread refreshes lookups' holds.
+            plans = {pid: PlanStore(snapshots, pid).version for pid, table in self._pipeline.shared.items()
+                     if table.kind == BACKFILL}
             readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
-                              self._reset_hint(metadata.root_uri))
+                              self._reset_hint(metadata.root_uri), plans)
             readers.open(self._session.heads)
             self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}

@@ -121,6 +121,11 @@ def _source_changes(old: SourceIdentity, new: SourceIdentity) -> list[Change]:
         # Spark's checkpoint holds a file source's offsets or a Kafka source's at this place.
         changes.append(Change(False, f"source {old.persistent_id!r} now reads {new.format} (was {old.format}): "
                                      "a file source and a Kafka source cannot take over each other's offsets"))
+    elif {old.format, new.format} == {"table", "table/backfill"}:
+        # A shared table's changelog keeps Delta's offsets in Spark's checkpoint, its backfill a count of plans.
+        changes.append(Change(False, f"source {old.persistent_id!r} now reads {new.format} (was {old.format}): "
+                                     "a shared table read with backfill and one read without cannot take over "
+                                     "each other's position"))
     elif old.format != new.format:
         changes.append(Change(True, f"source {old.persistent_id!r} now reads {new.format} (was {old.format})"))
     if old.schema != new.schema:
