@@ -130,6 +130,7 @@ class Driver:
         self._reporter: PodReporter | None = None
         self._readers: Readers | None = None
         self._planners: list[Planner] = []
+        self._plan_stores: dict[str, PlanStore] = {}
         self._state = "starting"
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -176,7 +177,7 @@ class Driver:
         threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         if self._pipeline.shared:
             # Set once its holds are registered: the renewal thread refreshes lookups' holds.
-            plans = {pid: PlanStore(snapshots, pid).version for pid, table in self._pipeline.shared.items()
+            plans = {pid: self._plan_store(snapshots, pid).version for pid, table in self._pipeline.shared.items()
                      if table.kind == BACKFILL}
             readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
                               self._reset_hint(metadata.root_uri), plans)
@@ -218,12 +219,20 @@ class Driver:
         spark = self._pipeline.spark()
         live = LiveSettingsFile(self._pipeline.environment.live_settings_file)
         for pid, source in self._pipeline.tables.items():
-            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema, retry), PlanStore(snapshots, pid),
+            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema, retry),
+                              self._plan_store(snapshots, pid),
                               source.settings, committed=functools.partial(self._plans_committed, pid),
                               poll_s=self._options.trigger_interval_ms / 1000,
                               live_rate=functools.partial(live.backfill_rate, pid))
             planner.start(on_error=self._planner_failed)
             self._planners.append(planner)
+
+    def _plan_store(self, snapshots: Storage, pid: str) -> PlanStore:
+        """One per table source: its planner writes the plans, a shared table's hold asks
+        which version each reached (spark_app.runtime.tables.readers)."""
+        if pid not in self._plan_stores:
+            self._plan_stores[pid] = PlanStore(snapshots, pid)
+        return self._plan_stores[pid]
 
     def _plans_committed(self, pid: str) -> int:
         heads = self.session.heads

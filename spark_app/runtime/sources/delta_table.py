@@ -94,6 +94,8 @@ class PlanStore:
     def __init__(self, storage: Storage, persistent_id: str) -> None:
         self._storage = storage
         self._folder = join("backfill", persistent_id, "plans") + "/"
+        self._versions: dict[int, int | None] = {}
+        """The version each plan reached, as written or read here (a plan never changes)."""
 
     def key(self, number: int) -> str:
         return f"{self._folder}{number:012d}.parquet"
@@ -116,23 +118,33 @@ class PlanStore:
         return Frontier.from_json(metadata[_FRONTIER_KEY].decode())
 
     def version(self, number: int) -> int | None:
-        """The table version plan ``number`` reached; None if that plan is not stored."""
+        """The table version plan ``number`` reached; None if that plan is not stored. Known
+        without a read for the plans this store wrote (a reader's hold asks at each commit)."""
+        version = self._versions.get(number)
+        if version is not None:
+            return version
         try:
-            return self.frontier(number).version
+            version = self._versions[number] = self.frontier(number).version
         except NotFound:
             return None
+        return version
 
     def create(self, rows: pa.Table, frontier: Frontier) -> bool:
         """Stores plan ``frontier.plans`` unless it exists; returns whether it did."""
         buffer = io.BytesIO()
         schema = rows.schema.with_metadata({_FRONTIER_KEY: frontier.to_json().encode()})
         pq.write_table(rows.replace_schema_metadata(schema.metadata), buffer)
-        return self._storage.create(self.key(frontier.plans), buffer.getvalue())
+        created = self._storage.create(self.key(frontier.plans), buffer.getvalue())
+        if created:
+            self._versions[frontier.plans] = frontier.version
+        return created
 
     def read(self, number: int) -> pa.Table:
         return pq.read_table(io.BytesIO(self._storage.read(self.key(number))))
 
     def drop_before(self, number: int) -> None:
+        for old in [n for n in self._versions if n < number]:
+            self._versions.pop(old, None)
         for old in self.numbers():
             if old >= number:
                 return

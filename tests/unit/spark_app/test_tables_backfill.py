@@ -10,7 +10,8 @@ import pytest
 
 from spark_app.persistence import Backend
 from spark_app.runtime.pipeline import PipelineError, table_backfill_settings
-from spark_app.runtime.sources.delta_table import BackfillSettings
+from spark_app.runtime.sources.backfill import Frontier as BackfillFrontier
+from spark_app.runtime.sources.delta_table import BackfillSettings, PlanStore
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.runtime.tables.readers import PlanMissing, Readers, TableInput, backfill_needed
 from spark_app.state.delta_log import commit_key
@@ -72,6 +73,21 @@ def test_a_readers_state_knows_one_way_of_reading_a_table(old: str, new: str, co
 
 PLANS = {1: 5, 2: 5, 3: 7, 4: 9}
 """Plan number -> the table version it reached (plans 1 and 2 read chunks at one version)."""
+
+
+def test_a_plans_version_is_read_from_the_plan_once_and_known_without_a_read_once_written(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    storage = FilesystemStorage(tmp_path)
+    writer = PlanStore(storage, "customers")
+    assert writer.create(pa.table({"k": [1]}), BackfillFrontier(plans=1, version=5))
+    assert writer.create(pa.table({"k": [2]}), BackfillFrontier(plans=2, version=7))
+    assert PlanStore(storage, "customers").version(2) == 7  # a restarted driver reads it
+    assert PlanStore(storage, "customers").version(3) is None
+    storage.delete(writer.key(2))
+    assert writer.version(2) == 7  # the commit path asks at every batch: no read for a plan it wrote
+    writer.drop_before(2)
+    assert writer.version(1) is None and writer.version(2) == 7
 
 
 def test_the_hold_is_the_version_the_last_committed_plan_reached() -> None:
