@@ -143,7 +143,7 @@ class PlanStore:
         return pq.read_table(io.BytesIO(self._storage.read(self.key(number))))
 
     def drop_before(self, number: int) -> None:
-        for old in [n for n in self._versions if n < number]:
+        for old in [n for n in list(self._versions) if n < number]:  # a copy: a hold may add one meanwhile
             self._versions.pop(old, None)
         for old in self.numbers():
             if old >= number:

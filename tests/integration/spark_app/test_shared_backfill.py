@@ -148,7 +148,7 @@ def test_a_new_reader_backfills_a_shared_table_through_changes_compaction_and_a_
     first = min(line["time"] for line in lines)
     assert 0 < sum(line["time"] == first for line in lines) <= CHUNK
     read = [int(n) for n in re.findall(r"changes, (\d+) rows read", first_run + restarted.output())]
-    assert read and max(read) <= CHUNK and len({line["time"] for line in lines}) >= KEYS // CHUNK
+    assert read and max(read) <= CHUNK and len({line["time"] for line in lines}) > KEYS // CHUNK // 2
     assert "backfill customers: resuming at plan" in restarted.output()
 
     # The hold stayed at or below what the reader needed, and compaction followed it.
