@@ -20,6 +20,7 @@ from spark_app.state.records import QueryHead
 from spark_app.state.tables import (
     BACKFILL,
     KEY_PROPERTY,
+    Broken,
     Frontier,
     HoldBroken,
     HoldRegistry,
@@ -166,3 +167,9 @@ def test_a_backfilling_reader_refuses_to_start_once_what_it_needs_was_compacted(
         table.readers(PLANS).open({})
     table.readers(PLANS).open({"tiers": head(4)})  # version 9 is kept
     assert table.hold() == (9, 10, BACKFILL)
+    # Broken for its age while it ran: it stops at its next commit, and refuses to start again.
+    table.registry.mark_broken(Broken(ReaderId("shop", "tiers", "customers"), "state-1", 9, 0, "too old"))
+    with pytest.raises(HoldBroken, match=r"needs version 9, but its hold was broken by the publisher \(too old\)"):
+        table.readers(PLANS).committed("tiers", head(4), ["customers"])
+    with pytest.raises(HoldBroken, match="broken by the publisher"):
+        table.readers(PLANS).open({"tiers": head(4)})
