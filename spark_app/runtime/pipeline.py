@@ -55,6 +55,7 @@ from spark_app.state.delta_log import TableLog
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
 from spark_app.state.tables import (
     BACKFILL,
+    BACKFILL_FORMAT,
     CHANGELOG,
     KEY_PROPERTY,
     LOOKUP,
@@ -70,8 +71,6 @@ log = logging.getLogger("spark_app")
 
 # Our file sources print their options as persistent_id=..., Delta's streaming source (a
 # shared table's changelog) as spark_app_persistent_id -> ...
-BACKFILL_FORMAT = "table/backfill"
-"""A shared table read with the backfill, in the state's identity ("table": Delta's own stream)."""
 _RELATION_PID = re.compile(r"persistent_id(?:=| -> )([A-Za-z0-9_.\-]+)")
 
 

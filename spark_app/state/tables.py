@@ -46,6 +46,9 @@ LOOKUP = "lookup"
 BACKFILL = "backfill"
 """A changelog read with the keyed backfill (spark_app.runtime.sources.delta_table): its
 position is the plans its reader committed, each of which reached a table version."""
+BACKFILL_FORMAT = "table/backfill"
+"""Such a source's format in the state's identity (spark_app.state.identity); "table" is
+a changelog read with Delta's own streaming source."""
 KEY_PROPERTY = "spark_app.key"
 """The table property in which the publisher records the table's key (a JSON list of
 column names), so that a reader can backfill the table in key order."""
