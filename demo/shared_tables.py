@@ -44,8 +44,13 @@ def clicks(file_number: int) -> list[str]:
 
 
 def expected_customers(files: Iterable[int]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return customers_of(r for f in files for r in orders(f))
+
+
+def customers_of(order_rows: Iterable[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The publisher's table after these order lines, as a plain fold."""
     table: dict[str, dict[str, Any]] = {}
-    for row in (r for f in files for r in orders(f)):
+    for row in order_rows:
         _, customer, where, amount, kind = row.split(",")
         current = table.setdefault(customer, {"customer_id": customer, "region": where, "open_orders": 0, "total": 0})
         current["open_orders"] += -1 if kind == "cancel" else 1
@@ -59,8 +64,12 @@ def tier(total: int) -> str:
 
 
 def expected_tiers(files: Iterable[int]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return tiers_of(expected_customers(files))
+
+
+def tiers_of(customers: dict[tuple[Any, ...], dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
     tiers: dict[str, dict[str, Any]] = {}
-    for row in expected_customers(files).values():
+    for row in customers.values():
         current = tiers.setdefault(tier(row["total"]), {"tier": tier(row["total"]), "customers": 0, "revenue": 0})
         current["customers"] += 1
         current["revenue"] += row["total"]

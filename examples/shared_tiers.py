@@ -6,7 +6,8 @@ customers and revenue per spend tier, kept by consuming inserts, updates and del
         --output tiers.jsonlines --state state/tiers
 
 ``--changes`` also writes the table's changelog as it arrives (folding it gives the
-table). Under the operator, --publisher-state is omitted: the PersistentPipeline's
+table). ``--backfill`` reads the table's contents in key order, ``--chunk-rows`` at a
+time, while its changes flow (``--rows-per-second`` limits it). Under the operator, --publisher-state is omitted: the PersistentPipeline's
 ``spec.inputs`` names the table and the operator says where it is.
 """
 
@@ -24,12 +25,16 @@ parser.add_argument("--changes", default=None, help="also write the table's chan
 parser.add_argument("--state", default=None, help="a state folder or s3://bucket/prefix (default: injected)")
 parser.add_argument("--endpoint-url", default=None)
 parser.add_argument("--max-files-per-trigger", type=int, default=None)
+parser.add_argument("--backfill", action="store_true", help="read the table's contents in key order, a chunk at a time")
+parser.add_argument("--chunk-rows", type=int, default=None)
+parser.add_argument("--rows-per-second", type=float, default=None)
 parser.add_argument("--trigger-interval-ms", type=int, default=1000)
 parser.add_argument("--stop-when-idle", action="store_true")
 args = parser.parse_args()
 
 changes = sa.io.tables.read(args.table, persistent_id="customers", location=args.publisher_state,
-                            max_files_per_trigger=args.max_files_per_trigger)
+                            max_files_per_trigger=args.max_files_per_trigger, backfill=args.backfill,
+                            chunk_rows=args.chunk_rows, rows_per_second=args.rows_per_second)
 tier = (F.when(F.col("total") >= 10_000, "gold").when(F.col("total") >= 2_000, "silver").otherwise("bronze"))
 tiers = (changes.withColumn("tier", tier)
          .groupBy("tier")

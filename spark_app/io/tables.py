@@ -7,6 +7,9 @@ changelog or look it up, without recomputing it or keeping a copy.
 
     # a reader of its changes (an update is -old +new)
     changes = sa.io.tables.read("orders-enriched/customers", persistent_id="customers")
+    # one that reads a large table's contents in key order, a chunk at a time, while its changes flow
+    changes = sa.io.tables.read("orders-enriched/customers", persistent_id="customers", backfill=True,
+                                chunk_rows=50_000, rows_per_second=20_000)
     # a reader that joins its stream against the latest version
     customers = sa.io.tables.lookup("orders-enriched/customers", persistent_id="customers_now")
     enriched = clicks.join(customers, "customer_id", "left")
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark_app.runtime.pipeline import current
+from spark_app.runtime.pipeline import current, table_backfill_settings
 from spark_app.runtime.tables.compaction import CompactionSettings
 from spark_app.runtime.tables.publish import PublishOptions
 
@@ -62,7 +65,9 @@ def publish(
 
 
 def read(table: str, *, persistent_id: str, location: str | None = None,
-         max_files_per_trigger: int | None = None, with_version: bool = False) -> DataFrame:
+         max_files_per_trigger: int | None = None, with_version: bool = False, backfill: bool = False,
+         chunk_rows: int | None = None, rows_per_second: float | None = None,
+         max_plans_per_trigger: int | None = None) -> DataFrame:
     """A streaming DataFrame of the table's changes: its contents as of a version (every
     row with ``diff`` +1), then each later version's changes (+1 insert, -1 delete, an
     update -1 for the old row and +1 for the new). ``persistent_id`` names this input in
@@ -70,8 +75,24 @@ def read(table: str, *, persistent_id: str, location: str | None = None,
     table commits with the reader's batches, so a reader killed at any moment resumes at
     exactly the next change. ``with_version`` adds ``_commit_version``, the version of each
     change.
+
+    By default the contents come as Delta's change data feed hands them over: the whole
+    table first (in batches of ``max_files_per_trigger`` files), its changes after it.
+    With ``backfill=True`` they are read as ``sa.io.delta.read`` reads a keyed table: in
+    the order of the key the publisher recorded, ``chunk_rows`` at a time (default
+    100,000), while the changes to the rows already read keep flowing; a batch takes at
+    most ``max_plans_per_trigger`` chunks (default 1), where the backfill stands commits
+    with the batch, and ``rows_per_second`` limits it (0 pauses it; the operator's
+    ``spec.inputs[].backfill.rowsPerSecond`` changes it while the reader runs). The
+    reader's hold follows its committed chunks. The backfill is opt-in: it keeps its
+    chunks in the reader's state and reads the table with a Spark job per chunk, which a
+    small table does not need, and a reader's state knows one mode (switching needs a
+    reset).
     """
-    return current().add_table_changelog(table, persistent_id, location, max_files_per_trigger, with_version)
+    settings = table_backfill_settings(backfill, chunk_rows, rows_per_second, max_plans_per_trigger,
+                                       max_files_per_trigger, with_version)
+    return current().add_table_changelog(table, persistent_id, location, max_files_per_trigger, with_version,
+                                         settings)
 
 
 def lookup(table: str, *, persistent_id: str, location: str | None = None) -> DataFrame:

@@ -51,7 +51,7 @@ from spark_app.runtime.sources.kafka import (
 )
 from spark_app.runtime.sources.kafka import lag as kafka_lag
 from spark_app.runtime.sources.reader import SourceOrderChanged
-from spark_app.runtime.tables.readers import Readers, TableMissing
+from spark_app.runtime.tables.readers import PlanMissing, Readers, TableMissing
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
@@ -65,7 +65,7 @@ from spark_app.state.session import (
     StateOwnedElsewhere,
     StateSession,
 )
-from spark_app.state.tables import HoldBroken, TableError
+from spark_app.state.tables import BACKFILL, HoldBroken, TableError
 from spark_app.storage import RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable
 
 log = logging.getLogger("spark_app")
@@ -92,6 +92,7 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (StorageUnavailable, contract.EXIT_STORAGE_UNAVAILABLE),
     (HoldBroken, contract.EXIT_TABLE_VERSIONS_GONE),
     (TableMissing, contract.EXIT_MISCONFIGURED),
+    (PlanMissing, contract.EXIT_MISCONFIGURED),
     (TableError, contract.EXIT_MISCONFIGURED),
 ]
 
@@ -129,6 +130,7 @@ class Driver:
         self._reporter: PodReporter | None = None
         self._readers: Readers | None = None
         self._planners: list[Planner] = []
+        self._plan_stores: dict[str, PlanStore] = {}
         self._state = "starting"
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -175,8 +177,10 @@ class Driver:
         threading.Thread(target=self._renew_lease_forever, name="spark_app-lease", daemon=True).start()
         if self._pipeline.shared:
             # Set once its holds are registered: the renewal thread refreshes lookups' holds.
+            plans = {pid: self._plan_store(snapshots, pid).version for pid, table in self._pipeline.shared.items()
+                     if table.kind == BACKFILL}
             readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
-                              self._reset_hint(metadata.root_uri))
+                              self._reset_hint(metadata.root_uri), plans)
             readers.open(self._session.heads)
             self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
@@ -215,12 +219,20 @@ class Driver:
         spark = self._pipeline.spark()
         live = LiveSettingsFile(self._pipeline.environment.live_settings_file)
         for pid, source in self._pipeline.tables.items():
-            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema, retry), PlanStore(snapshots, pid),
+            planner = Planner(pid, DeltaTableView(spark, source.table, source.schema, retry),
+                              self._plan_store(snapshots, pid),
                               source.settings, committed=functools.partial(self._plans_committed, pid),
                               poll_s=self._options.trigger_interval_ms / 1000,
                               live_rate=functools.partial(live.backfill_rate, pid))
             planner.start(on_error=self._planner_failed)
             self._planners.append(planner)
+
+    def _plan_store(self, snapshots: Storage, pid: str) -> PlanStore:
+        """One per table source: its planner writes the plans, a shared table's hold asks
+        which version each reached (spark_app.runtime.tables.readers)."""
+        if pid not in self._plan_stores:
+            self._plan_stores[pid] = PlanStore(snapshots, pid)
+        return self._plan_stores[pid]
 
     def _plans_committed(self, pid: str) -> int:
         heads = self.session.heads

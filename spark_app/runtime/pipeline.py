@@ -42,6 +42,7 @@ from spark_app.runtime.sources.delta_table import (
     PlanTracker,
     changelog_schema,
     describe_table,
+    table_metadata,
 )
 from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
 from spark_app.runtime.sources.kafka import KafkaSourceSpec, KafkaTracker, MessagePlan, ParseMessages
@@ -52,7 +53,18 @@ from spark_app.runtime.tables.publish import PublishOptions, TableOutput
 from spark_app.runtime.tables.readers import TableInput
 from spark_app.state.delta_log import TableLog
 from spark_app.state.identity import Manifest, QueryIdentity, SourceIdentity
-from spark_app.state.tables import CHANGELOG, LOOKUP, TABLES, TableError, TableRef, check_table_name
+from spark_app.state.tables import (
+    BACKFILL,
+    BACKFILL_FORMAT,
+    CHANGELOG,
+    KEY_PROPERTY,
+    LOOKUP,
+    TABLES,
+    TableError,
+    TableRef,
+    check_table_name,
+    decode_key,
+)
 from spark_app.storage import Storage
 
 log = logging.getLogger("spark_app")
@@ -162,18 +174,44 @@ class Pipeline:
         return df
 
     def add_table_changelog(self, table: str, persistent_id: str, location: str | None,
-                            max_files_per_trigger: int | None, with_version: bool) -> DataFrame:
-        """A shared table's changes, as a stream with ``diff`` (spark_app.io.tables.read)."""
-        where = self._table_input(table, persistent_id, location, CHANGELOG)
+                            max_files_per_trigger: int | None, with_version: bool,
+                            backfill: BackfillSettings | None = None) -> DataFrame:
+        """A shared table's changes, as a stream with ``diff`` (spark_app.io.tables.read):
+        Delta's own change data feed, or with ``backfill`` the keyed backfill's plans."""
+        where = self._table_input(table, persistent_id, location, BACKFILL if backfill else CHANGELOG)
         schema = self._table_schema(where)
         if DIFF in schema.fieldNames():
             raise PipelineError(f"table {where.ref} has a column named {DIFF!r}, which its changelog adds; "
                                 "rename it in the publisher")
+        if backfill is not None:
+            return self._table_backfill(where, persistent_id, backfill)
         df = ChangelogSource(self.spark(), where.uri, persistent_id, max_files_per_trigger=max_files_per_trigger,
                              with_version=with_version).stream()
         self.sources[persistent_id] = SourceSpec(persistent_id, "table", where.folder.root, df.schema.simpleString(), False)
         self.shared[persistent_id] = TableInput(persistent_id, CHANGELOG, where)
         return df
+
+    def _table_backfill(self, where: TableLocation, persistent_id: str, settings: BackfillSettings) -> DataFrame:
+        """A shared table read as a keyed Delta table is (add_table_source), by the key its
+        publisher recorded, and held like a changelog (spark_app.runtime.tables.readers)."""
+        spark = self.spark()
+        try:
+            key = decode_key(table_metadata(spark, where.uri)[1].get(KEY_PROPERTY), str(where.ref))
+            ref = DeltaTableRef(where.folder, key, where.keys)
+            schema = describe_table(spark, ref)
+        except (TableError, BackfillError) as error:
+            raise PipelineError(f"source {persistent_id!r}: {error}") from None
+        df = self._plans_stream(persistent_id, schema, settings)
+        self.sources[persistent_id] = SourceSpec(persistent_id, BACKFILL_FORMAT, where.folder.root,
+                                                 df.schema.simpleString(), False)
+        self.tables[persistent_id] = TableSource(ref, settings, schema)
+        self.shared[persistent_id] = TableInput(persistent_id, BACKFILL, where)
+        return df
+
+    def _plans_stream(self, persistent_id: str, schema: StructType, settings: BackfillSettings) -> DataFrame:
+        return (self.spark().readStream.format(PLANS_FORMAT).schema(changelog_schema(schema))
+                .option("persistent_id", persistent_id).option("context", self.context_path)
+                .option("max_plans_per_trigger", str(settings.max_plans_per_trigger)).load())
 
     def add_table_lookup(self, table: str, persistent_id: str, location: str | None) -> DataFrame:
         """A shared table's latest version, as a static DataFrame read anew at each batch
@@ -237,9 +275,7 @@ class Pipeline:
             schema = describe_table(spark, table)
         except BackfillError as error:
             raise PipelineError(f"source {persistent_id!r}: {error}") from None
-        df = (spark.readStream.format(PLANS_FORMAT).schema(changelog_schema(schema))
-              .option("persistent_id", persistent_id).option("context", self.context_path)
-              .option("max_plans_per_trigger", str(settings.max_plans_per_trigger)).load())
+        df = self._plans_stream(persistent_id, schema, settings)
         self.sources[persistent_id] = SourceSpec(persistent_id, "delta", table.location.root, df.schema.simpleString(),
                                                  generated)
         self.tables[persistent_id] = TableSource(table, settings, schema)
@@ -363,6 +399,33 @@ class Pipeline:
             raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
         files = [o for o in outputs if not isinstance(o, KafkaOutput | TableOutput)]
         return files[0].path.rstrip("/") + ".dead-letter" if files else None
+
+
+def table_backfill_settings(backfill: bool, chunk_rows: int | None, rows_per_second: float | None,
+                            max_plans_per_trigger: int | None, max_files_per_trigger: int | None,
+                            with_version: bool) -> BackfillSettings | None:
+    """The backfill a shared table's reader asks for (spark_app.io.tables.read), or None
+    for Delta's own stream; an error naming the option that does not fit the other mode."""
+    backfill_only = {"chunk_rows": chunk_rows, "rows_per_second": rows_per_second,
+                     "max_plans_per_trigger": max_plans_per_trigger}
+    if not backfill:
+        given = [name for name, value in backfill_only.items() if value is not None]
+        if given:
+            raise PipelineError(f"{', '.join(given)} apply to a backfill: pass backfill=True as well")
+        return None
+    if max_files_per_trigger is not None:
+        raise PipelineError("max_files_per_trigger sizes Delta's own snapshot; with backfill=True a batch takes "
+                            "max_plans_per_trigger chunks of chunk_rows rows instead")
+    if with_version:
+        raise PipelineError("with_version is not offered with backfill=True: a chunk's rows are read as of the "
+                            "table's latest version, not at the version that made each of them")
+    defaults = BackfillSettings()
+    try:
+        return BackfillSettings(chunk_rows=defaults.chunk_rows if chunk_rows is None else chunk_rows,
+                                rows_per_second=rows_per_second,
+                                max_plans_per_trigger=max_plans_per_trigger or defaults.max_plans_per_trigger)
+    except ValueError as error:
+        raise PipelineError(str(error)) from None
 
 
 @runtime_checkable

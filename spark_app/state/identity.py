@@ -16,6 +16,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from spark_app.state.tables import BACKFILL_FORMAT
+
 RESET_HINT = (
     "To keep the old state, restore the previous code. To start from empty state, delete the "
     "state with `python -m spark_app reset {uri}` (or set spec.upgradeMode: stateless on the "
@@ -121,6 +123,11 @@ def _source_changes(old: SourceIdentity, new: SourceIdentity) -> list[Change]:
         # Spark's checkpoint holds a file source's offsets or a Kafka source's at this place.
         changes.append(Change(False, f"source {old.persistent_id!r} now reads {new.format} (was {old.format}): "
                                      "a file source and a Kafka source cannot take over each other's offsets"))
+    elif {old.format, new.format} == {"table", BACKFILL_FORMAT}:
+        # A shared table's changelog keeps Delta's offsets in Spark's checkpoint, its backfill a count of plans.
+        changes.append(Change(False, f"source {old.persistent_id!r} now reads {new.format} (was {old.format}): "
+                                     "a shared table read with backfill and one read without cannot take over "
+                                     "each other's position"))
     elif old.format != new.format:
         changes.append(Change(True, f"source {old.persistent_id!r} now reads {new.format} (was {old.format})"))
     if old.schema != new.schema:

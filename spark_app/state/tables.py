@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -43,6 +43,15 @@ _TABLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
 _HOLD_KEY = re.compile(r"^_holds/([^/]+)\.json$")
 CHANGELOG = "changelog"
 LOOKUP = "lookup"
+BACKFILL = "backfill"
+"""A changelog read with the keyed backfill (spark_app.runtime.sources.delta_table): its
+position is the plans its reader committed, each of which reached a table version."""
+BACKFILL_FORMAT = "table/backfill"
+"""Such a source's format in the state's identity (spark_app.state.identity); "table" is
+a changelog read with Delta's own streaming source."""
+KEY_PROPERTY = "spark_app.key"
+"""The table property in which the publisher records the table's key (a JSON list of
+column names), so that a reader can backfill the table in key order."""
 CHANGE_DIFFS = {"insert": 1, "update_postimage": 1, "update_preimage": -1, "delete": -1}
 """Delta's change data feed (``_change_type``) as changelog rows: an insert adds a row, a
 delete retracts one, and an update retracts the old row and adds the new one."""
@@ -57,6 +66,28 @@ def check_table_name(name: str) -> str:
         raise TableError(f"table name {name!r} must be 1 to 63 letters, digits, '_', '.' or '-', starting with "
                          "a letter or digit")
     return name
+
+
+def encode_key(key: Sequence[str]) -> str:
+    return json.dumps(list(key))
+
+
+def decode_key(value: str | None, table: str) -> tuple[str, ...]:
+    """The key a publisher recorded in the table's KEY_PROPERTY; an error that says what
+    to do where it recorded none (a table created before keys were recorded gets its key
+    when its publisher starts again)."""
+    if value is None:
+        raise TableError(f"table {table} records no key ({KEY_PROPERTY}), which a backfill reads it by: restart its "
+                         "publisher with this version of spark_app, which records it, or read the table without "
+                         "backfill=True")
+    try:
+        key = json.loads(value)
+    except ValueError:
+        key = None
+    if not isinstance(key, list) or not key or not all(isinstance(k, str) and k for k in key):
+        raise TableError(f"table {table}: its {KEY_PROPERTY} property is {value!r}, not a list of column names; "
+                         "restart its publisher, which records it again")
+    return tuple(key)
 
 
 @dataclass(frozen=True)
@@ -112,13 +143,13 @@ class Hold:
 
     reader: ReaderId
     kind: str
-    """CHANGELOG or LOOKUP."""
+    """CHANGELOG, BACKFILL or LOOKUP."""
     version: int
     """The oldest version the reader may still need: compaction keeps it and everything after it."""
     next: int
     """The first version the reader has not consumed yet (a changelog: the same as
-    ``version``; a lookup: one after the version it last read). The hold is behind, and
-    ages, once the table has this version."""
+    ``version``; a lookup or a backfill: one after the version it last read). The hold
+    is behind, and ages, once the table has this version."""
     state_id: str
     """The reader's stored state: a reader reset to empty state holds afresh."""
     updated_ms: int

@@ -24,7 +24,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -36,6 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, DataType, IntegerType, StructField, StructType
 
+from spark_app.contract import S3Keys
 from spark_app.persistence import Backend
 from spark_app.runtime.sources.backfill import (
     Changes,
@@ -93,6 +94,8 @@ class PlanStore:
     def __init__(self, storage: Storage, persistent_id: str) -> None:
         self._storage = storage
         self._folder = join("backfill", persistent_id, "plans") + "/"
+        self._versions: dict[int, int | None] = {}
+        """The version each plan reached, as written or read here (a plan never changes)."""
 
     def key(self, number: int) -> str:
         return f"{self._folder}{number:012d}.parquet"
@@ -105,25 +108,43 @@ class PlanStore:
         numbers = self.numbers()
         return numbers[-1] if numbers else 0
 
-    def frontier(self) -> Frontier:
-        """Where the newest plan left the backfill; the start if there is none."""
-        newest = self.newest()
-        if not newest:
+    def frontier(self, number: int | None = None) -> Frontier:
+        """Where plan ``number`` (by default the newest) left the backfill; the start if
+        there is no plan yet. Raises NotFound for a plan that is not stored."""
+        number = self.newest() if number is None else number
+        if not number:
             return Frontier()
-        metadata = pq.read_schema(io.BytesIO(self._storage.read(self.key(newest)))).metadata or {}
+        metadata = pq.read_schema(io.BytesIO(self._storage.read(self.key(number)))).metadata or {}
         return Frontier.from_json(metadata[_FRONTIER_KEY].decode())
+
+    def version(self, number: int) -> int | None:
+        """The table version plan ``number`` reached; None if that plan is not stored. Known
+        without a read for the plans this store wrote (a reader's hold asks at each commit)."""
+        version = self._versions.get(number)
+        if version is not None:
+            return version
+        try:
+            version = self._versions[number] = self.frontier(number).version
+        except NotFound:
+            return None
+        return version
 
     def create(self, rows: pa.Table, frontier: Frontier) -> bool:
         """Stores plan ``frontier.plans`` unless it exists; returns whether it did."""
         buffer = io.BytesIO()
         schema = rows.schema.with_metadata({_FRONTIER_KEY: frontier.to_json().encode()})
         pq.write_table(rows.replace_schema_metadata(schema.metadata), buffer)
-        return self._storage.create(self.key(frontier.plans), buffer.getvalue())
+        created = self._storage.create(self.key(frontier.plans), buffer.getvalue())
+        if created:
+            self._versions[frontier.plans] = frontier.version
+        return created
 
     def read(self, number: int) -> pa.Table:
         return pq.read_table(io.BytesIO(self._storage.read(self.key(number))))
 
     def drop_before(self, number: int) -> None:
+        for old in [n for n in list(self._versions) if n < number]:  # a copy: a hold may add one meanwhile
+            self._versions.pop(old, None)
         for old in self.numbers():
             if old >= number:
                 return
@@ -139,30 +160,41 @@ class DeltaTableRef:
 
     location: Backend
     key: tuple[str, ...]
+    keys: S3Keys | None = field(default=None, repr=False)
+    """S3 credentials of the table's own (a shared table's), if not the driver's."""
+
+    def storage(self, retry: RetryPolicy | None = None) -> Storage:
+        return self.location.storage(retry or RetryPolicy(), keys=self.keys)
 
     @property
     def uri(self) -> str:
-        return self.location.storage().spark_uri("")
+        return self.storage().spark_uri("")
 
     def latest_version(self, storage: Storage | None = None) -> int:
         """The newest committed version, from the transaction log's file names (no Spark job)."""
-        names = (storage or self.location.storage()).list("_delta_log/")
+        names = (storage or self.storage()).list("_delta_log/")
         versions = [int(m.group(1)) for m in map(_VERSION_FILE.match, names) if m]
         if not versions:
             raise BackfillError(f"no Delta table at {self.location.root}: its _delta_log has no commits")
         return max(versions)
 
 
-def describe_table(spark: SparkSession, table: DeltaTableRef) -> StructType:
-    """The table's schema, after checking that it can be backfilled (keys, change data feed).
-    One snapshot of the table's log gives both, its metadata: no Spark job (a new driver's
-    DeltaLog is created here, so its snapshot is the newest)."""
-    table.latest_version()  # raises, naming the location, where there is no table
+def table_metadata(spark: SparkSession, uri: str) -> tuple[StructType, dict[str, str]]:
+    """A Delta table's schema and properties, from one snapshot of its log: no Spark job (a
+    new driver's DeltaLog is created here, so its snapshot is the newest)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table.uri).unsafeVolatileSnapshot()
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri).unsafeVolatileSnapshot()
     metadata = snapshot.metadata()
     schema = StructType.fromJson(json.loads(metadata.schemaString()))
+    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration())
+    return schema, {str(k): str(configuration.get(k)) for k in configuration.keySet()}
+
+
+def describe_table(spark: SparkSession, table: DeltaTableRef) -> StructType:
+    """The table's schema, after checking that it can be backfilled (keys, change data feed)."""
+    table.latest_version()  # raises, naming the location, where there is no table
+    schema, properties = table_metadata(spark, table.uri)
     missing = [k for k in table.key if k not in schema.names]
     if missing:
         raise BackfillError(f"the key columns {missing} are not columns of the table at {table.location.root} "
@@ -170,9 +202,7 @@ def describe_table(spark: SparkSession, table: DeltaTableRef) -> StructType:
     if DIFF in schema.names:
         raise BackfillError(f"the table at {table.location.root} has a column {DIFF!r}, which the changelog "
                             "it is read as reserves")
-    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration())
-    change_data_feed = configuration.get("delta.enableChangeDataFeed")
-    if str(change_data_feed).lower() != "true":
+    if properties.get("delta.enableChangeDataFeed", "").lower() != "true":
         raise BackfillError(
             f"the table at {table.location.root} does not record its changes: enable its change data feed with "
             f"ALTER TABLE delta.`{table.uri}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
@@ -192,7 +222,7 @@ class DeltaTableView:
         self._spark = spark
         self._table = table
         self._uri = table.uri
-        self._storage = table.location.storage(retry or RetryPolicy())
+        self._storage = table.storage(retry)
         self._columns = [f.name for f in schema.fields]
         types = {f.name: f.dataType for f in schema.fields}
         self._key_types = [(k, types[k]) for k in table.key]

@@ -5,7 +5,8 @@ Each batch is one MERGE (one table version) with Delta's transaction id set to t
 table of this state (``txnAppId``) and the batch (``txnVersion``): a replayed batch, one
 the last driver wrote but did not commit, is skipped by Delta itself, so a batch never
 makes a second version. The version is found in the log by that transaction id and is
-part of the batch's commit (``OutputHead.position``). The table keeps its change data
+part of the batch's commit (``OutputHead.position``). The table records its key
+(``spark_app.key``, for readers that backfill it in key order), keeps its change data
 feed (readers read it as a changelog), keeps its log until compaction says otherwise
 (``delta.enableExpiredLogCleanup`` is off: Delta's own cleanup is by age, and would take
 versions a reader still holds) and has no deletion vectors (MERGE rewrites files, which
@@ -25,11 +26,12 @@ from pyspark.sql.types import StructType
 
 from spark_app import contract
 from spark_app.runtime.sinks.base import Batch, Output, OutputContext, OutputDamaged
+from spark_app.runtime.sources.delta_table import table_metadata
 from spark_app.runtime.tables.compaction import CompactionSettings, Compactor
 from spark_app.runtime.tables.location import hadoop_uri
 from spark_app.state.delta_log import TableLog
 from spark_app.state.records import OutputHead
-from spark_app.state.tables import HOLDS, TABLES, HoldRegistry
+from spark_app.state.tables import HOLDS, KEY_PROPERTY, TABLES, HoldRegistry, encode_key
 from spark_app.storage import ScopedStorage, join
 
 log = logging.getLogger("spark_app")
@@ -91,6 +93,8 @@ class TableOutput(Output):
                 raise OutputDamaged(f"table {self.name}: the state committed version {head.position} of "
                                     f"{self.path}, which is gone; restore it, or reset the pipeline's state")
             self._create(spark)
+        else:
+            self._record_key(spark)
         # A reader on the publisher's claim mounts this folder to write its hold: it must exist.
         storage.write(join(HOLDS, ".keep"), b"")
         if self._compactor is None:
@@ -102,10 +106,21 @@ class TableOutput(Output):
         from delta.tables import DeltaTable
 
         builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(self.schema)
-        for name, value in TABLE_PROPERTIES.items():
+        for name, value in {**TABLE_PROPERTIES, KEY_PROPERTY: encode_key(self.key or ())}.items():
             builder = builder.property(name, value)
         builder.execute()
         log.info("table %s: created at %s (key %s)", self.name, self.path, ", ".join(self.key or ()))
+
+    def _record_key(self, spark: SparkSession) -> None:
+        """Records the key in a table created before keys were recorded (or published since
+        with another key): one version that changes no data, which changelogs skip."""
+        key = encode_key(self.key or ())
+        if table_metadata(spark, self.path)[1].get(KEY_PROPERTY) == key:
+            return
+        quoted = key.replace("\\", "\\\\").replace("'", "\\'")
+        with self._lock:
+            spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('{KEY_PROPERTY}' = '{quoted}')")
+        log.info("table %s: recorded its key (%s) in its properties", self.name, ", ".join(self.key or ()))
 
     def write(self, batch: Batch) -> OutputHead:
         from delta.tables import DeltaTable

@@ -3,8 +3,9 @@
 Before any of its queries starts, a reader registers a hold on each table: at the
 version its last commit says it needs (a restart), or at the latest version (a first
 start, which reads a snapshot at least that new). After each commit the hold moves to
-what that commit says: a changelog's next version, a lookup's version read. So the hold
-is always at or below what the reader may still need, whatever moment it dies at.
+what that commit says: a changelog's next version, a lookup's version read, a
+backfill's version its last committed plan reached (``backfill_needed``). So the hold is
+always at or below what the reader may still need, whatever moment it dies at.
 
 A reader refuses to start (``HoldBroken``, exit code EXIT_TABLE_VERSIONS_GONE) when it
 needs a version that the publisher no longer keeps: its hold was broken for being too
@@ -24,6 +25,7 @@ from spark_app.runtime.tables.location import TableLocation
 from spark_app.state.delta_log import TableLog
 from spark_app.state.records import QueryHead
 from spark_app.state.tables import (
+    BACKFILL,
     CHANGELOG,
     LOOKUP,
     Broken,
@@ -44,8 +46,34 @@ class TableInput:
 
     persistent_id: str
     kind: str
-    """CHANGELOG or LOOKUP."""
+    """CHANGELOG, BACKFILL or LOOKUP."""
     location: TableLocation
+
+
+PlanVersions = Callable[[int], "int | None"]
+"""The table version a backfill's stored plan of that number reached; None if it is not stored."""
+
+
+class PlanMissing(Exception):
+    """A committed plan of a backfill is not in the reader's state (it was changed by hand)."""
+
+
+def backfill_needed(committed_plans: int, plan_version: PlanVersions) -> int | None:
+    """The oldest table version a backfilling reader may still need, once its queries have
+    committed ``committed_plans`` plans: the version the last of them reached. Why that is
+    enough: every plan is stored before it is read and kept until committed, so a replay
+    reads stored rows, not the table; and a restarted planner carries on from the newest
+    stored plan (at or after the committed one), reading only versions after it.
+
+    Before any commit, the first stored plan's version (the first start's hold, at the
+    then latest version, is at or below it); None before the first plan: a first start,
+    which holds the latest version (the first plan reads one at least as new)."""
+    number = max(committed_plans, 1)
+    version = plan_version(number)
+    if version is None and committed_plans > 0:
+        raise PlanMissing(f"plan {committed_plans} is committed but not stored in the reader's state; it is removed "
+                          "only once a later one is committed, so the state was changed by hand")
+    return version
 
 
 class TableMissing(Exception):
@@ -54,8 +82,10 @@ class TableMissing(Exception):
 
 class Readers:
     def __init__(self, inputs: Mapping[str, TableInput], owner: str, state_id: str, reset_hint: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 plans: Mapping[str, PlanVersions] | None = None, clock: Callable[[], float] = time.time) -> None:
         self._inputs = dict(inputs)
+        self._plans = dict(plans or {})
+        """Per BACKFILL input, where its stored plans say which version each reached."""
         self._state_id = state_id
         self._hint = reset_hint
         self._clock = clock
@@ -73,13 +103,19 @@ class Readers:
         for pid, table in self._inputs.items():
             if table.kind == LOOKUP:
                 self._open_lookup(pid)
+            elif table.kind == BACKFILL:
+                committed = {q: int(h.offsets[pid].get("plans", 0)) for q, h in heads.items() if pid in h.offsets}
+                positions = {q: backfill_needed(n, self._plans[pid]) for q, n in committed.items()}
+                # Plans written before a kill that came before any commit: the planner carries on from them.
+                pending = backfill_needed(0, self._plans[pid]) if not committed else None
+                self._open_changelog(pid, {q: v for q, v in positions.items() if v is not None}, pending)
             else:
                 self._open_changelog(pid, _positions(pid, heads))
 
-    def _open_changelog(self, pid: str, positions: dict[str, int]) -> None:
+    def _open_changelog(self, pid: str, positions: dict[str, int], pending: int | None = None) -> None:
         registry, reader, table = self._registries[pid], self._ids[pid], self._inputs[pid]
         broken = registry.broken(reader)
-        if not positions:
+        if not positions and pending is None:
             if broken is not None:
                 registry.clear_broken(reader)  # a predecessor's, before this state was reset
             latest = self._latest(pid)
@@ -88,12 +124,12 @@ class Readers:
                      table.location.ref, reader, latest)
             return
         self._needed[pid] = dict(positions)
-        needed = min(positions.values())
+        needed = min([*positions.values(), *([] if pending is None else [pending])])
         if broken is not None and broken.state_id == self._state_id:
             raise self._gone(pid, needed, broken.reason, broken_hold=True)
         if broken is not None:
             registry.clear_broken(reader)
-        self._put(pid, needed, needed)
+        self._put(pid, needed, needed + (1 if table.kind == BACKFILL else 0))
         frontier = registry.frontier()
         if frontier is not None and needed < frontier.version:
             raise self._gone(pid, needed, "", broken_hold=False)
@@ -118,13 +154,19 @@ class Readers:
             if table is None or offset is None:
                 continue
             needed = self._needed.setdefault(pid, {})
-            if table.kind == CHANGELOG:
-                needed[query] = ChangelogPosition.from_offset(offset).needed
+            if table.kind in (CHANGELOG, BACKFILL):
+                if table.kind == CHANGELOG:
+                    needed[query] = ChangelogPosition.from_offset(offset).needed
+                else:
+                    version = backfill_needed(int(offset.get("plans", 0)), self._plans[pid])
+                    if version is None:
+                        continue  # no plan read yet: the first start's hold stands
+                    needed[query] = version
                 broken = self._registries[pid].broken(self._ids[pid])
                 if broken is not None and broken.state_id == self._state_id:
                     raise self._gone(pid, needed[query], broken.reason, broken_hold=True)
                 lowest = min(needed.values())
-                self._put(pid, lowest, lowest)
+                self._put(pid, lowest, lowest + (1 if table.kind == BACKFILL else 0))
             else:
                 position = LookupPosition.from_offset(offset)
                 if position is None:

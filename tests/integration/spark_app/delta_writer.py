@@ -1,5 +1,5 @@
 """One Delta writer in a process of its own, driven line by line (test_delta_commits.py,
-test_table_backfill.py).
+test_table_backfill.py, test_shared_backfill.py).
 
     python -m tests.integration.spark_app.delta_writer ENDPOINT_URL [SPARK_CONF_JSON]
 
@@ -17,6 +17,8 @@ its standard input and answers each with one line on standard output:
                             its change data feed on -> "created"
     merge URI JSON          one MERGE into it: {"upsert": [[id, value], ...], "delete": [id, ...]}
                             -> "merged <version>"
+    unset-property URI NAME removes the table property NAME of the Delta table at URI (a
+                            table as an older writer left it) -> "unset"
 
 A failure answers "failed <Java exception class>: <message>".
 """
@@ -73,6 +75,11 @@ def create(spark: SparkSession, uri: str, rows: str) -> str:
     return "created"
 
 
+def unset_property(spark: SparkSession, uri: str, name: str) -> str:
+    spark.sql(f"ALTER TABLE delta.`{uri}` UNSET TBLPROPERTIES ('{name}')")
+    return "unset"
+
+
 def merge(spark: SparkSession, uri: str, change: str) -> str:
     from delta.tables import DeltaTable
 
@@ -94,7 +101,7 @@ def main() -> None:
     # Each command with its number of arguments: the last one takes the rest of the line
     # (a text or a JSON body may hold spaces).
     commands = {"append": (append, 3), "put-if-absent": (put_if_absent, 2), "create": (create, 2),
-                "merge": (merge, 2)}
+                "merge": (merge, 2), "unset-property": (unset_property, 2)}
     print(ANSWER + "ready", flush=True)
     for line in sys.stdin:
         command, _, rest = line.strip().partition(" ")

@@ -140,6 +140,22 @@ def test_the_driver_is_told_its_tables_and_the_publishers_settings_never_credent
     assert plain.pod_hash == parse_spec(raw(inputs=[]), namespace="team", name="tiers").pod_hash
 
 
+def test_a_shared_tables_backfill_rate_reaches_its_driver_beside_the_tables_location() -> None:
+    """sa.io.tables.read(..., backfill=True) is steered as sa.io.delta.read is: the entry
+    that names the table carries the rate, which lands in the live settings the driver's
+    planner of that persistent id reads (the pod's annotation), not in its hash."""
+    spec = reader(inputs=[{**READ, "backfill": {"rowsPerSecond": 250}}])
+    tables = resolve_inputs(spec, {("team", "orders"): publisher()}).tables
+    pod = builders.driver_pod(spec, epoch=1, state_root="pvc://state/team/tiers", owner={}, tables=tables)
+    live = contract.LiveSettings.from_json(pod["metadata"]["annotations"][contract.LIVE_SETTINGS_ANNOTATION])
+    assert live.backfill_rates == {"customers": 250}
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    environment = contract.DriverEnvironment.from_env({k: v for k, v in env.items() if v is not None})
+    assert [t.table for t in environment.table_inputs] == ["team/orders/customers"]
+    paused = reader(inputs=[{**READ, "backfill": {"rowsPerSecond": 0}}])
+    assert paused.live_settings.backfill_rates == {"customers": 0} and paused.pod_hash == spec.pod_hash
+
+
 def _table(*behind: int) -> contract.TableReport:
     return contract.TableReport(version=42, rows=12, bytes=4096, frontier=40, compacted_ms=int(NOW * 1000), holders=tuple(
         contract.HolderReport(reader=f"team/r{n}/customers", kind="changelog", version=42 - b, behind=b,
