@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.state.delta_log import TableLog
@@ -129,7 +130,7 @@ class Readers:
             raise self._gone(pid, needed, broken.reason, broken_hold=True)
         if broken is not None:
             registry.clear_broken(reader)
-        self._put(pid, needed, needed + (1 if table.kind == BACKFILL else 0))
+        self._put(pid, needed, _next(table.kind, needed))
         frontier = registry.frontier()
         if frontier is not None and needed < frontier.version:
             raise self._gone(pid, needed, "", broken_hold=False)
@@ -153,27 +154,26 @@ class Readers:
             offset = head.offsets.get(pid)
             if table is None or offset is None:
                 continue
+            version = self._needed_after(table.kind, pid, offset)
+            if version is None:
+                continue  # a backfill with no plan read yet, a lookup with no version read: the hold stands
             needed = self._needed.setdefault(pid, {})
-            if table.kind in (CHANGELOG, BACKFILL):
-                if table.kind == CHANGELOG:
-                    needed[query] = ChangelogPosition.from_offset(offset).needed
-                else:
-                    version = backfill_needed(int(offset.get("plans", 0)), self._plans[pid])
-                    if version is None:
-                        continue  # no plan read yet: the first start's hold stands
-                    needed[query] = version
+            needed[query] = version
+            if table.kind != LOOKUP:  # a lookup never needs history, so a broken hold does not stop it
                 broken = self._registries[pid].broken(self._ids[pid])
                 if broken is not None and broken.state_id == self._state_id:
-                    raise self._gone(pid, needed[query], broken.reason, broken_hold=True)
-                lowest = min(needed.values())
-                self._put(pid, lowest, lowest + (1 if table.kind == BACKFILL else 0))
-            else:
-                position = LookupPosition.from_offset(offset)
-                if position is None:
-                    continue
-                needed[query] = position.version
-                lowest = min(needed.values())
-                self._put(pid, lowest, lowest + 1)
+                    raise self._gone(pid, version, broken.reason, broken_hold=True)
+            lowest = min(needed.values())
+            self._put(pid, lowest, _next(table.kind, lowest))
+
+    def _needed_after(self, kind: str, pid: str, offset: dict[str, Any]) -> int | None:
+        """The oldest version a query still needs once it committed ``offset``."""
+        if kind == CHANGELOG:
+            return ChangelogPosition.from_offset(offset).needed
+        if kind == BACKFILL:
+            return backfill_needed(int(offset.get("plans", 0)), self._plans[pid])
+        position = LookupPosition.from_offset(offset)
+        return None if position is None else position.version
 
     def refresh_lookups(self, busy: Callable[[], bool]) -> None:
         """Moves idle lookups' holds to the latest version, so that a lookup whose stream is
@@ -208,6 +208,12 @@ class Readers:
             broken = Broken(self._ids[pid], self._state_id, needed, 0, reason)
         return HoldBroken(str(self._inputs[pid].location.ref), self._ids[pid], needed,
                           frontier.version if frontier else None, broken, self._hint)
+
+
+def _next(kind: str, version: int) -> int:
+    """A hold's first unconsumed version (Hold.next) when it needs ``version``: a changelog
+    reads that version's changes itself; a lookup or a backfill has read it."""
+    return version if kind == CHANGELOG else version + 1
 
 
 def _positions(pid: str, heads: Mapping[str, QueryHead]) -> dict[str, int]:

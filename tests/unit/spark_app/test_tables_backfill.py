@@ -19,7 +19,9 @@ from spark_app.state.identity import Manifest, SourceIdentity, compare
 from spark_app.state.records import QueryHead
 from spark_app.state.tables import (
     BACKFILL,
+    CHANGELOG,
     KEY_PROPERTY,
+    LOOKUP,
     Broken,
     Frontier,
     HoldBroken,
@@ -173,3 +175,35 @@ def test_a_backfilling_reader_refuses_to_start_once_what_it_needs_was_compacted(
         table.readers(PLANS).committed("tiers", head(4), ["customers"])
     with pytest.raises(HoldBroken, match="broken by the publisher"):
         table.readers(PLANS).open({"tiers": head(4)})
+
+
+def test_a_changelog_and_a_lookup_move_their_holds_as_they_did_beside_the_backfill(tmp_path: Path) -> None:
+    """The other two kinds through the same commit path: a changelog holds the version it
+    is in (and stops on a broken hold), a lookup the version it read, one past it unread
+    (and a broken hold does not stop it: it never needs history)."""
+    table = Table(tmp_path, latest=9)
+    reader = ReaderId("shop", "tiers", "customers")
+    location = table.input.location
+    changelog = Readers({"customers": TableInput("customers", CHANGELOG, location)}, "shop/tiers", "state-1",
+                        "reset it", clock=lambda: 1.0)
+    changelog.open({})
+    offset = {"reservoirId": "t", "reservoirVersion": 6, "index": 2, "isStartingVersion": False}
+    changelog.committed("tiers", QueryHead(batch=1, batch_time_ms=0, commit_time_ms=0,
+                                           offsets={"customers": offset}), ["customers"])
+    assert table.hold() == (6, 6, CHANGELOG)
+    table.registry.mark_broken(Broken(reader, "state-1", 6, 0, "too old"))
+    with pytest.raises(HoldBroken, match="broken by the publisher"):
+        changelog.committed("tiers", QueryHead(batch=2, batch_time_ms=0, commit_time_ms=0,
+                                               offsets={"customers": offset}), ["customers"])
+
+    lookup = Readers({"customers": TableInput("customers", LOOKUP, location)}, "shop/tiers", "state-1",
+                     "reset it", clock=lambda: 1.0)
+    lookup.open({})  # warns of the broken hold and holds afresh
+    assert table.hold() == (9, 10, LOOKUP)
+    table.registry.mark_broken(Broken(reader, "state-1", 9, 0, "too old"))
+    lookup.committed("tiers", QueryHead(batch=1, batch_time_ms=0, commit_time_ms=0,
+                                        offsets={"customers": {"table_version": 8}}), ["customers"])
+    assert table.hold() == (8, 9, LOOKUP)
+    lookup.committed("tiers", QueryHead(batch=2, batch_time_ms=0, commit_time_ms=0,
+                                        offsets={"customers": {}}), ["customers"])  # no version read: it stands
+    assert table.hold() == (8, 9, LOOKUP)
