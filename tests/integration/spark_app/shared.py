@@ -102,3 +102,9 @@ def table_storage(workspace: SharedWorkspace) -> Any:
 
     return Backend.from_uri(f"{workspace.publisher_state}/tables/customers",
                             endpoint_url=workspace.endpoint_url).storage()
+
+
+def run(driver: Driver, timeout: float = 300) -> None:
+    """Starts the driver and waits for it to end, which it must do cleanly."""
+    code = driver.start().wait(timeout)
+    assert code == 0, driver.output()[-4000:]

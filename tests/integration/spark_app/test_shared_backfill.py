@@ -17,7 +17,6 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from spark_app.state.tables import BACKFILL, KEY_PROPERTY, HoldRegistry
 from spark_app.storage import NotFound
 from tests.integration.spark_app.delta_writer import Writer
 from tests.integration.spark_app.harness import fold, read_changelog, write_csv
-from tests.integration.spark_app.shared import SharedWorkspace, open_workspace, table_storage
+from tests.integration.spark_app.shared import SharedWorkspace, run, table_storage
 
 pytestmark = pytest.mark.spark
 
@@ -57,13 +56,6 @@ def changes(step: int) -> list[str]:
     for i in (10 + step, KEYS - 10 - step):
         rows.append(f"b{step}-cancel-{i},{customer(i)},{region(customer(i))},{-10 * (i + 1)},cancel")
     return rows
-
-
-@pytest.fixture(params=["filesystem", "s3"] if "CHAOS_ROUNDS" in os.environ else ["filesystem"])
-def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
-    workspace = open_workspace(request, tmp_path, request.param)
-    yield workspace
-    workspace.kill_all()
 
 
 class HoldWatch:
@@ -172,37 +164,30 @@ def test_a_new_reader_backfills_a_shared_table_through_changes_compaction_and_a_
 
 @pytest.mark.long  # an upgrade path; make test covers reading by the recorded key above
 def test_a_table_published_before_keys_were_recorded_gets_its_key_when_its_publisher_restarts(
-        tmp_path: Path) -> None:
-    shared = open_workspace(None, tmp_path, "filesystem")  # type: ignore[arg-type]
+        fs_shared: SharedWorkspace, tmp_path: Path) -> None:
+    shared = fs_shared
+    shared.add_orders(0)
+    run(shared.publisher("--stop-when-idle"))
+    run(shared.tiers("--stop-when-idle", name="plain"))  # a changelog reader of the older table
+    writer = Writer("http://127.0.0.1:9", {"spark.sql.shuffle.partitions": "1"}, tmp_path / "writer.log")
     try:
-        shared.add_orders(0)
-        run(shared.publisher("--stop-when-idle"))
-        run(shared.tiers("--stop-when-idle", name="plain"))  # a changelog reader of the older table
-        writer = Writer("http://127.0.0.1:9", {"spark.sql.shuffle.partitions": "1"}, tmp_path / "writer.log")
-        try:
-            assert writer.answer(240) == "ready"
-            writer.call(f"unset-property {shared.publisher_state}/tables/customers {KEY_PROPERTY}", timeout=240)
-        finally:
-            writer.stop()
-        refused = shared.tiers("--backfill", "--stop-when-idle").start()
-        # Refused as it declares the input (a PipelineError before sa.run: exit code 1, as
-        # every declaration error), saying what to do.
-        assert refused.wait(300) != 0
-        assert "records no key (spark_app.key)" in refused.output() and "restart its publisher" in refused.output()
-
-        shared.add_orders(1)
-        publisher = shared.publisher("--stop-when-idle")
-        run(publisher)
-        assert "recorded its key (customer_id)" in publisher.output()
-        run(shared.tiers("--backfill", "--chunk-rows", "5", "--stop-when-idle"))
-        shared.check_tiers(range(2))
-        # The version that records the key changes no data: the changelog reader reads on across it.
-        run(shared.tiers("--stop-when-idle", name="plain"))
-        shared.check_tiers(range(2), name="plain")
+        assert writer.answer(240) == "ready"
+        writer.call(f"unset-property {shared.publisher_state}/tables/customers {KEY_PROPERTY}", timeout=240)
     finally:
-        shared.kill_all()
+        writer.stop()
+    refused = shared.tiers("--backfill", "--stop-when-idle").start()
+    # Refused as it declares the input (a PipelineError before sa.run: exit code 1, as
+    # every declaration error), saying what to do.
+    assert refused.wait(300) != 0
+    assert "records no key (spark_app.key)" in refused.output() and "restart its publisher" in refused.output()
 
+    shared.add_orders(1)
+    publisher = shared.publisher("--stop-when-idle")
+    run(publisher)
+    assert "recorded its key (customer_id)" in publisher.output()
+    run(shared.tiers("--backfill", "--chunk-rows", "5", "--stop-when-idle"))
+    shared.check_tiers(range(2))
+    # The version that records the key changes no data: the changelog reader reads on across it.
+    run(shared.tiers("--stop-when-idle", name="plain"))
+    shared.check_tiers(range(2), name="plain")
 
-def run(driver, timeout: float = 300) -> None:  # type: ignore[no-untyped-def]
-    code = driver.start().wait(timeout)
-    assert code == 0, driver.output()[-4000:]

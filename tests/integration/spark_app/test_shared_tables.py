@@ -12,8 +12,6 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +21,7 @@ from spark_app.persistence import Backend
 from spark_app.state.delta_log import TableLog
 from spark_app.state.log import MetadataLog
 from spark_app.state.tables import HoldRegistry, ReaderId
-from tests.integration.spark_app.shared import SharedWorkspace, open_workspace, table_storage
+from tests.integration.spark_app.shared import SharedWorkspace, run, table_storage
 
 pytestmark = pytest.mark.spark
 
@@ -31,28 +29,6 @@ pytestmark = pytest.mark.spark
 # more, over the bound asserted); make test-shared-storage: 500.
 STORAGE_BATCHES = int(os.environ.get("SHARED_STORAGE_BATCHES", "30"))
 FAST = ("--compact-every-batches", "1", "--compact-every-s", "2", "--compaction-margin-s", "0")
-
-
-# make test runs the example pair only in test_shared_chaos.py's round (on S3, killed at
-# random, outputs compared as exactly); make test-long runs it here on the filesystem, make
-# test-chaos (CHAOS_ROUNDS) on both.
-@pytest.fixture(params=["filesystem", "s3"] if "CHAOS_ROUNDS" in os.environ else ["filesystem"])
-def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
-    workspace = open_workspace(request, tmp_path, request.param)
-    yield workspace
-    workspace.kill_all()
-
-
-@pytest.fixture
-def fs_shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SharedWorkspace]:
-    workspace = open_workspace(request, tmp_path, "filesystem")
-    yield workspace
-    workspace.kill_all()
-
-
-def run(driver, timeout: float = 300) -> None:  # type: ignore[no-untyped-def]
-    code = driver.start().wait(timeout)
-    assert code == 0, driver.output()[-4000:]
 
 
 def head(workspace: SharedWorkspace, name: str) -> dict[str, object]:
@@ -73,6 +49,9 @@ def txn_batches(workspace: SharedWorkspace) -> Counter[int]:
     return batches
 
 
+# make test runs the example pair only in test_shared_chaos.py's round (on S3, killed at
+# random, outputs compared as exactly); make test-long runs it here on the filesystem, make
+# test-chaos (CHAOS_ROUNDS) on both (the shared fixture's backends).
 @pytest.mark.long
 def test_a_published_table_is_read_as_a_changelog_and_looked_up_exactly(shared: SharedWorkspace) -> None:
     shared.add_orders(0)
