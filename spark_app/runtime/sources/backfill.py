@@ -120,6 +120,37 @@ class Plan(Generic[R]):
     chunk: int
 
 
+@dataclass(frozen=True)
+class FileRange:
+    """One data file of a table, from its statistics: its rows and the least and greatest
+    value of the first key column in it (None where not recorded)."""
+
+    rows: int
+    low: Any
+    high: Any
+
+
+def chunk_bound(files: Sequence[FileRange], after: Any, limit: int) -> Any | None:
+    """An upper bound on the first key column for the next chunk after ``after`` (None:
+    from the start): the least value at which the files wholly after ``after`` and wholly
+    at or below it hold ``limit`` rows. Reading keys at or below it cannot miss any of the
+    next ``limit`` keys, and lets the scan skip every file above it. None when no such
+    value is known (a file without statistics, or too few rows): read to the end.
+
+    Files straddling ``after`` are not counted (some of their rows are before it), and a
+    file's count may include rows deleted since (deletion vectors): the caller checks that
+    the chunk came back full and reads without the bound when not."""
+    if any(f.low is None or f.high is None for f in files):
+        return None
+    counted = sorted((f.high, f.rows) for f in files if after is None or f.low > after)
+    total = 0
+    for high, rows in counted:
+        total += rows
+        if total >= limit:
+            return high
+    return None
+
+
 class TableRewound(Exception):
     """The table's newest version is older than one already read: it was replaced or restored."""
 
@@ -197,9 +228,19 @@ class TokenBucket:
             return 0
         return self._capacity if self._rate is None else int(self._tokens)
 
-    def take(self, rows: int) -> None:
-        self._refill()
+    def reserve(self, most: int) -> int:
+        """Takes up to ``most`` rows of the allowance now, before they are read: the read
+        takes time, and what accrues meanwhile must go to the next chunk, not overflow a
+        bucket still holding this one's (which held 42,400 rows/s at 0.64 of it)."""
+        rows = min(most, self.available())
         self._tokens = max(0.0, self._tokens - rows)
+        return rows
+
+    def refund(self, rows: int) -> None:
+        """Gives back reserved rows that were not read (a last chunk, a plan not written)."""
+        self._refill()
+        if self._rate != 0:
+            self._tokens = min(float(self._capacity), self._tokens + rows)
 
     def seconds_until(self, rows: int) -> float | None:
         """How long until ``rows`` are available; None while paused."""

@@ -86,3 +86,27 @@ def test_a_table_without_its_change_data_feed_is_refused_with_the_fix(spark: Spa
         describe_table(spark, DeltaTableRef(ref.location, ("customer",)))
     with pytest.raises(BackfillError, match="no Delta table at"):
         describe_table(spark, DeltaTableRef(Backend.filesystem(tmp_path / "nothing"), ("n",)))
+
+
+def test_chunks_stay_whole_when_rows_counted_by_the_statistics_were_deleted(spark: SparkSession,
+                                                                            tmp_path: Path) -> None:
+    """Ten files of 100 keys in key order: a chunk reads only up to the file that completes
+    it. Rows deleted after the view read the files' statistics leave the bounded read short;
+    the chunk is read again without the bound, and no key is skipped."""
+    from delta.tables import DeltaTable
+
+    path = str(tmp_path / "t")
+    (spark.range(1000).repartitionByRange(10, "id").selectExpr("id", "id * 10 AS value")
+     .write.format("delta").option("delta.enableChangeDataFeed", "true").save(path))
+    ref = DeltaTableRef(Backend.filesystem(path), ("id",))
+    view = DeltaTableView(spark, ref, describe_table(spark, ref))
+    first = view.chunk(0, START, 150)
+    assert first.rows.column("id").to_pylist() == list(range(150))
+    DeltaTable.forPath(spark, path).delete("id >= 150 AND id < 400")
+    second = view.chunk(view.latest_version(), Position(first.last), 200)
+    assert second.rows.column("id").to_pylist() == list(range(400, 600))
+    position, read = Position(second.last), []
+    while (chunk := view.chunk(1, position, 128)).last is not None:
+        read += chunk.rows.column("id").to_pylist()
+        position = Position(chunk.last)
+    assert read == list(range(600, 1000))

@@ -187,9 +187,13 @@ def test_the_token_bucket_holds_the_rate_and_pauses_at_zero():
     assert bucket.available() == 0
     now[0] = 2.0
     assert bucket.available() == 200
-    bucket.take(150)
+    assert bucket.reserve(150) == 150
     assert bucket.available() == 50
     assert bucket.seconds_until(100) == pytest.approx(0.5)
+    now[0] = 3.0  # the read took a second: what accrued is the next chunk's, on top of the 50 left
+    bucket.refund(20)  # read 130 of the 150
+    assert bucket.available() == 170
+    assert bucket.reserve(1000) == 170 and bucket.available() == 0
     now[0] = 100.0
     assert bucket.available() == 1000  # no more than a chunk accumulates
     bucket.set_rate(0)
@@ -241,3 +245,65 @@ def test_a_planner_reports_no_progress_before_it_knows_the_table(tmp_path) -> No
     finally:
         release.set()
         planner.stop()
+
+
+def test_a_rate_limited_planner_holds_its_rate_when_each_read_takes_a_while(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A chunk read of 0.3 s, a poll of 0.5 s, 1,000 rows/s and chunks of at most 600. The
+    allowance was taken after the read, so what accrued during it overflowed a bucket that
+    still held the chunk being read, and a whole poll followed every read: 660 rows/s here
+    before the fix (and the bench held 42,400 rows/s at 0.64 of it)."""
+    import time
+
+    import pyarrow as pa
+
+    from spark_app.runtime.sources.delta_table import BackfillSettings, Planner, PlanStore
+    from spark_app.storage import FilesystemStorage
+
+    class SlowReads:
+        """A table of a million keys whose chunk read takes 0.3 s; it never changes."""
+
+        def latest_version(self) -> int:
+            return 1
+
+        def changes(self, after: int, through: int, position: Position) -> Changes[pa.Table]:
+            raise AssertionError("the table never changes")
+
+        def count(self, version: int, position: Position) -> int:
+            return 10**6
+
+        def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
+            time.sleep(0.3)
+            first = 0 if position.key is None else json.loads(position.key) + 1
+            return Chunk(pa.table({"key": [first]}), limit, json.dumps(first + limit - 1))
+
+        def concat(self, parts: Sequence[pa.Table]) -> pa.Table:
+            return pa.concat_tables([pa.table({"key": pa.array([], pa.int64())}), *parts])
+
+    store = PlanStore(FilesystemStorage(tmp_path), "t")
+    planner = Planner("t", SlowReads(), store, BackfillSettings(chunk_rows=600, rows_per_second=1000),  # type: ignore[arg-type]
+                      committed=lambda: store.newest(), poll_s=0.5)
+    errors: list[BaseException] = []
+    planner.start(on_error=errors.append)
+    try:
+        deadline = time.monotonic() + 30
+        while store.newest() < 2 and time.monotonic() < deadline:  # past the first (a start's) plans
+            time.sleep(0.05)
+        began, read_before = time.monotonic(), store.frontier().rows_read
+        time.sleep(5)
+        rate = (store.frontier().rows_read - read_before) / (time.monotonic() - began)
+    finally:
+        planner.stop()
+    assert not errors
+    assert 900 <= rate <= 1100, f"{rate:.0f} rows/s held for a limit of 1,000"
+
+
+def test_a_chunk_is_bounded_by_the_files_wholly_after_the_position():
+    from spark_app.runtime.sources.backfill import FileRange, chunk_bound
+
+    files = [FileRange(100, 0, 99), FileRange(100, 100, 199), FileRange(100, 200, 299), FileRange(50, 5, 250)]
+    assert chunk_bound(files, None, 150) == 199  # from the start: files by their greatest key
+    assert chunk_bound(files, 99, 100) == 199  # the first file is before the position
+    assert chunk_bound(files, 150, 100) == 299  # the one straddling it is not counted
+    assert chunk_bound(files, 150, 101) is None  # too few rows known after it: read to the end
+    assert chunk_bound([*files, FileRange(0, None, None)], None, 10) is None  # a file without statistics
+    assert chunk_bound([FileRange(10, "b", "d"), FileRange(10, "e", "g")], "a", 15) == "g"
