@@ -46,6 +46,7 @@ from spark_app.persistence import Backend  # noqa: E402
 from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+CASES = ("unthrottled", "limits", "kill", "native")
 MARKER_BASE = 10**15
 TICK_S = 2.0
 NEW_IDS_PER_TICK = 100
@@ -292,7 +293,7 @@ def case_limits(upstream: Upstream, folder: Path, chunk_rows: int, limits: list[
     return held
 
 
-def case_kill(upstream: Upstream, folder: Path, chunk_rows: int, unkilled_s: float) -> dict[str, Any]:
+def case_kill(upstream: Upstream, folder: Path, chunk_rows: int, unkilled_s: float | None) -> dict[str, Any]:
     progress("3/4 kill -9 at about half way, then resume")
     reader = ours(folder, "killed", upstream.path, chunk_rows).start()
 
@@ -322,7 +323,7 @@ def case_kill(upstream: Upstream, folder: Path, chunk_rows: int, unkilled_s: flo
         "chunk_rows": chunk_rows,
         "seconds_to_done_with_the_kill": round(done_at - reader.started_at, 1),
         "seconds_to_done_unkilled": unkilled_s,
-        "ratio": round((done_at - reader.started_at) / unkilled_s, 2),
+        "ratio": round((done_at - reader.started_at) / unkilled_s, 2) if unkilled_s else None,
     }
 
 
@@ -365,7 +366,15 @@ def main() -> None:
                         help="rows/s; below 1, fractions of the unthrottled rate measured first")
     parser.add_argument("--window-s", type=float, default=30.0)
     parser.add_argument("--steady-s", type=float, default=30.0)
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"which of {','.join(CASES)} to run (limits alone needs --limits in rows/s)")
     options = parser.parse_args()
+    cases = set(options.cases.split(","))
+    if cases - set(CASES):
+        parser.error(f"unknown cases {sorted(cases - set(CASES))}; choose from {', '.join(CASES)}")
+    asked = [float(x) for x in options.limits.split(",")]
+    if "limits" in cases and "unthrottled" not in cases and any(x < 1 for x in asked):
+        parser.error("--limits as fractions need the unthrottled case; give rows/s")
     folder = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
     progress(f"working in {folder}")
     spark = build_session(spark_conf(Backend.filesystem(folder), 10_000,
@@ -374,15 +383,17 @@ def main() -> None:
     progress(f"creating the upstream table: {options.rows} rows in {options.files} files")
     created_s = upstream.create()
     progress(f"created in {created_s:.0f}s")
-    unthrottled = case_unthrottled(upstream, folder, options.chunk_rows, options.steady_s)
-    rate = unthrottled["rows_per_second"] or 1000
-    asked = [float(x) for x in options.limits.split(",")]
+    unthrottled: dict[str, Any] = {}
+    if "unthrottled" in cases:
+        unthrottled = case_unthrottled(upstream, folder, options.chunk_rows, options.steady_s)
+    rate = unthrottled.get("rows_per_second") or 1000
     limits = case_limits(upstream, folder, options.chunk_rows, [round(x * rate, -2) if x < 1 else x for x in asked],
-                         options.window_s)
-    killed = case_kill(upstream, folder, options.chunk_rows, unthrottled["seconds_from_start_to_done"])
-    native = case_native(upstream, folder, options.steady_s)
-    ours_during = unthrottled["latency_during_backfill"].get("p50_s")
-    ours_steady = unthrottled["latency_steady_state"].get("p50_s")
+                         options.window_s) if "limits" in cases else None
+    killed = case_kill(upstream, folder, options.chunk_rows, unthrottled.get("seconds_from_start_to_done")) \
+        if "kill" in cases else None
+    native = case_native(upstream, folder, options.steady_s) if "native" in cases else None
+    ours_during = unthrottled.get("latency_during_backfill", {}).get("p50_s")
+    ours_steady = unthrottled.get("latency_steady_state", {}).get("p50_s")
     results = {
         "rows": options.rows, "files": options.files, "chunk_rows": options.chunk_rows, "tick_s": TICK_S,
         "unthrottled": unthrottled, "rate_limits": limits, "kill_at_half": killed, "native": native,
@@ -391,7 +402,7 @@ def main() -> None:
             if ours_during and ours_steady else None,
             "native_latency_during_snapshot_over_ours_during_backfill_p50":
                 round(native["latency_during_snapshot"]["p50_s"] / ours_during, 1)
-                if ours_during and native["latency_during_snapshot"].get("p50_s") else None,
+                if native and ours_during and native["latency_during_snapshot"].get("p50_s") else None,
         },
     }
     write_results("backfill", results)
