@@ -202,7 +202,7 @@ def next_plan(frontier: Frontier, view: TableView[R], budget: int, now_ms: int |
 
 class TokenBucket:
     """Rows per second for the chunks, changeable while running; None is unlimited, 0 pauses.
-    Unused allowance accumulates up to one chunk, so a slow reader is not penalised twice."""
+    Unused allowance accumulates up to ``capacity``, so a slow read is made up after it."""
 
     def __init__(self, rows_per_second: float | None, capacity: int,
                  clock: Callable[[], float] = time.monotonic) -> None:

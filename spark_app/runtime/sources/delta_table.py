@@ -420,7 +420,10 @@ class Planner:
         self._poll_s = poll_s
         self._live_rate = live_rate
         """The rate set while the driver runs (by the operator), if one was set."""
-        self._bucket = TokenBucket(settings.rows_per_second, settings.chunk_rows)
+        # Two chunks of allowance: a read slower than the limit (a new version's changes,
+        # files spanning the key range) is made up by the next ones, so the limit holds on
+        # average wherever the planner can go faster than it (one chunk lost the excess).
+        self._bucket = TokenBucket(settings.rows_per_second, 2 * settings.chunk_rows)
         self._meter = RateMeter()
         self._frontier: Frontier | None = None
         self._stop = threading.Event()
