@@ -1,8 +1,10 @@
 """Shared tables through the resource, on the local control plane: a reader created
 before its publisher waits Pending (WaitingForTable) and starts by itself once the table
-has a version; its output equals a plain computation; the publisher's status, kubectl get
--o wide and the metrics show the table and its holder; deleting the reader releases its
-hold at once; a reader in a namespace the publisher does not grant waits, saying so."""
+has a version; it backfills the table, started paused and steered through the resource
+(rowsPerSecond 0, then a rate, then unlimited) without a restart; its output equals a
+plain computation; the publisher's status, kubectl get -o wide and the metrics show the
+table and its holder; deleting the reader releases its hold at once; a reader in a
+namespace the publisher does not grant waits, saying so."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from ppl_cluster import (
     wordcount,
 )
 
-from demo.shared_tables import ORDERS_HEADER, expected_tiers, orders
+from demo.shared_tables import ORDERS_HEADER, expected_customers, expected_tiers, orders
 from localcluster.testing import wait_for
 from spark_app.state.tables import HoldRegistry
 from spark_app.storage import FilesystemStorage
@@ -45,12 +47,22 @@ def publisher(readers: list[str] | None = None) -> dict[str, Any]:
     }, tables=[{"name": "customers", **({"readers": readers} if readers else {})}])
 
 
-def tiers(namespace: str) -> dict[str, Any]:
+def tiers(namespace: str, rows_per_second: int | None = 0) -> dict[str, Any]:
+    """The reader, backfilling at most two rows a chunk at ``rows_per_second`` (0: paused)."""
     return wordcount("tiers", application={
         "file": "examples/shared_tiers.py",
-        "args": ["--output", "/data/tiers.jsonlines", "--trigger-interval-ms", "500"],
-    }, inputs=[{"persistentId": "customers",
-                "table": {"pipeline": PUBLISHER, "name": "customers", "namespace": namespace}}])
+        "args": ["--output", "/data/tiers.jsonlines", "--trigger-interval-ms", "500", "--backfill",
+                 "--chunk-rows", "2"],
+    }, inputs=tiers_inputs(namespace, rows_per_second))
+
+
+def tiers_inputs(namespace: str, rows_per_second: int | None) -> list[dict[str, Any]]:
+    return [{"persistentId": "customers", "table": {"pipeline": PUBLISHER, "name": "customers", "namespace": namespace},
+             "backfill": {"rowsPerSecond": rows_per_second}}]
+
+
+def backfill(ns: Namespace) -> dict[str, Any]:
+    return dict((ns.status("tiers").get("backfills") or {}).get("customers") or {})
 
 
 def progressing(ns: Namespace, name: str) -> dict[str, Any]:
@@ -92,6 +104,22 @@ def test_a_reader_waits_for_its_table_starts_by_itself_and_releases_its_hold_whe
         write_csv(ns.folder("data") / "orders", f"part-{f:04d}.csv", ORDERS_HEADER, orders(f))
     ns.apply(publisher())
     eventually("the reader started by itself", lambda: ns.driver("tiers") is not None, timeout=240)
+
+    # Paused: nothing of the table is read, though its rows are counted as they come; then
+    # a row a second, then unlimited, each set on the resource and delivered to the driver.
+    eventually("a paused backfill in the status, counting the table's rows", lambda: backfill(ns).get("paused")
+               and backfill(ns).get("rowsTotal", 0) >= len(expected_customers(range(1))), timeout=240)
+    assert backfill(ns)["rowsRead"] == 0, backfill(ns)
+    ns.patch("tiers", {"inputs": tiers_inputs(ns.name, 1)})
+    eventually("rows read at a row a second",
+               lambda: 0 < backfill(ns).get("rowsRead", 0) < backfill(ns)["rowsTotal"], timeout=90)
+    wide = ns.kubectl("get", "persistentpipeline", "tiers", "-o", "wide")
+    assert "BACKFILL" in wide and "%" in wide, wide
+    ns.patch("tiers", {"inputs": tiers_inputs(ns.name, None)})
+    eventually("the backfill finished", lambda: backfill(ns).get("finished"), timeout=120)
+    reasons = ns.announced("tiers", "BackfillStarted", "BackfillResumed", "BackfillFinished")
+    assert reasons.count("LiveSettingsChanged") == 2, reasons
+    assert ns.driver("tiers", epoch=1) is not None, "the rate changes restarted the reader"
 
     def folded() -> dict[Any, Any]:
         tiers_out = fold(read_changelog(ns.folder("data") / "tiers.jsonlines"), ("tier",))
