@@ -1,0 +1,305 @@
+"""A shared table read with the keyed backfill, over random schedules of the publisher's
+commits and compactions, the planner's plans and the reader's batches and kills, against a
+plain recomputation. The holds (Readers, HoldRegistry), the compaction's frontier
+(spark_app.state.compaction.frontier) and the plans (next_plan) are the real ones; the
+table and the reader's state are models:
+
+* the publisher: a table with every version's rows and changes, committing upserts and
+  deletes of small int keys; its compaction records the frontier of the live holds (no
+  time margin) and forgets every version below it, so that reading one raises ``Compacted``;
+* the reader: its stored plans, how many it committed, and its output, the rows of the
+  committed plans only (an exactly-once sink: a kill during a batch is a kill before it).
+  Its planner writes a plan while fewer than LOOKAHEAD are uncommitted; a batch reads the
+  next stored plans, commits them, then moves the hold. The restarted driver opens its
+  holds from its last commit, and its planner carries on from the newest stored plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_app.persistence import Backend
+from spark_app.runtime.sources.backfill import Changes, Chunk, Frontier, Position, next_plan
+from spark_app.runtime.sources.delta_table import BackfillSettings
+from spark_app.runtime.tables.location import TableLocation
+from spark_app.runtime.tables.readers import Readers, TableInput
+from spark_app.state.compaction import frontier
+from spark_app.state.delta_log import commit_key
+from spark_app.state.records import QueryHead
+from spark_app.state.tables import BACKFILL, Hold, HoldRegistry, ReaderId, TableRef
+from spark_app.state.tables import Frontier as Kept
+from spark_app.storage import FilesystemStorage
+
+Row = tuple[int, str, int]
+"""key, value, diff"""
+
+LOOKAHEAD = BackfillSettings().lookahead
+EXAMPLES = int(os.environ.get("BACKFILL_HOLD_EXAMPLES", "200"))
+MEMORY = "/dev/shm" if os.path.isdir("/dev/shm") else None
+"""Where the tables' folders go: FilesystemStorage fsyncs every write, which on a disk
+makes the test about ten times slower."""
+PID = "customers"
+QUERY = "tiers"
+READER = ReaderId("shop", "tiers", PID)
+
+
+class Compacted(Exception):
+    """A read of a version the publisher's compaction removed."""
+
+
+class PublishedTable:
+    """The publisher's table: its versions in memory (a ``TableView``), its commit files and
+    its readers' holds in its folder.
+
+    Compacted to frontier F, a table keeps F's snapshot and every later one, and the changes
+    of every version from F on, F's own included (``needed_files`` keeps the files of the
+    commits from F to the latest). So the changes of version v, and a chunk or count at v,
+    are readable exactly when v >= F."""
+
+    def __init__(self, root: Path, rows: dict[int, str]) -> None:
+        self.storage = FilesystemStorage(root)
+        self.registry = HoldRegistry(self.storage)
+        self.location = TableLocation(TableRef("shop", "orders", "customers"), Backend.filesystem(root))
+        self.versions = [dict(rows)]
+        self.changes_of: list[list[Row]] = [[]]
+        self.kept_from = 0
+        self.storage.write(commit_key(0), b"{}")
+
+    def commit(self, upserts: dict[int, str], deletes: set[int]) -> None:
+        current = dict(self.versions[-1])
+        changes: list[Row] = []
+        for key in sorted(deletes):
+            if key in current:
+                changes.append((key, current.pop(key), -1))
+        for key, value in upserts.items():
+            if key in current:
+                changes.append((key, current[key], -1))
+            changes.append((key, value, +1))
+            current[key] = value
+        self.versions.append(current)
+        self.changes_of.append(changes)
+        self.storage.write(commit_key(self.latest_version()), b"{}")
+
+    def compact(self) -> None:
+        """Compactor.compact's round, without OPTIMIZE and broken holds (no maximum hold age)."""
+        latest = self.latest_version()
+        kept = frontier(self.registry.holds(), latest, margin_version=latest)
+        assert kept >= self.kept_from, f"a hold went below version {self.kept_from}, which compaction took already"
+        self.registry.set_frontier(Kept(kept, latest, at_ms=0))
+        for version in range(self.kept_from, kept):
+            self.storage.delete(commit_key(version))
+        self.kept_from = kept
+
+    # ---- TableView ----
+    def latest_version(self) -> int:
+        return len(self.versions) - 1
+
+    def changes(self, after: int, through: int, position: Position) -> Changes[list[Row]]:
+        self._readable(after + 1, "the changes of")
+        rows = [r for v in range(after + 1, through + 1) for r in self.changes_of[v]]
+        forwarded = [r for r in rows if not _after(r[0], position)]
+        beyond = sum(r[2] for r in rows if _after(r[0], position))
+        return Changes(forwarded, len(forwarded), beyond)
+
+    def chunk(self, version: int, position: Position, limit: int) -> Chunk[list[Row]]:
+        self._readable(version, "a chunk at")
+        keys = sorted(k for k in self.versions[version] if _after(k, position))[:limit]
+        rows = [(k, self.versions[version][k], +1) for k in keys]
+        return Chunk(rows, len(rows), json.dumps(keys[-1]) if keys else None)
+
+    def count(self, version: int, position: Position) -> int:
+        self._readable(version, "the count at")
+        return sum(1 for k in self.versions[version] if _after(k, position))
+
+    def concat(self, parts: Sequence[list[Row]]) -> list[Row]:
+        return [r for p in parts for r in p]
+
+    def _readable(self, version: int, what: str) -> None:
+        if version < self.kept_from:
+            raise Compacted(f"the planner read {what} version {version}, but compaction kept versions from "
+                            f"{self.kept_from} on")
+
+
+def _after(key: int, position: Position) -> bool:
+    if position.finished:
+        return False
+    return position.key is None or key > json.loads(position.key)
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    rows: list[Row]
+    frontier: str
+    """Its Frontier as JSON, as a plan file's metadata holds it."""
+    version: int
+
+
+def head(plans: int) -> QueryHead:
+    return QueryHead(batch=plans, batch_time_ms=0, commit_time_ms=0, offsets={PID: {"plans": plans}})
+
+
+class Reader:
+    """A pipeline reading the table with backfill=True: its driver's holds and planner,
+    its query's batches, and the state they leave behind a kill."""
+
+    def __init__(self, table: PublishedTable) -> None:
+        self.table = table
+        self.stored: dict[int, StoredPlan] = {}
+        """The plan store, which survives kills."""
+        self.committed = 0
+        self.output: list[list[Row]] = []
+        """The rows of the committed plans: an exactly-once sink keeps nothing else."""
+        self.start()
+
+    def start(self) -> None:
+        """A driver's start: the holds first, from the last commit (a first start: the latest
+        version), then the planner, from the newest stored plan."""
+        self.readers = Readers({PID: TableInput(PID, BACKFILL, self.table.location)}, "shop/tiers", "state-1",
+                               "reset it", {PID: self._plan_version}, clock=lambda: 1.0)
+        self.readers.open({QUERY: head(self.committed)} if self.committed else {})
+        newest = max(self.stored, default=None)
+        self.planner = Frontier() if newest is None else Frontier.from_json(self.stored[newest].frontier)
+
+    def _plan_version(self, number: int) -> int | None:
+        plan = self.stored.get(number)
+        return None if plan is None else plan.version
+
+    def plan(self, budget: int) -> bool:
+        """One turn of Planner._run's loop, reading a chunk of at most ``budget`` rows."""
+        for old in [n for n in self.stored if n < min(self.committed, self.planner.plans)]:
+            del self.stored[old]
+        if self.planner.plans - self.committed >= LOOKAHEAD:
+            return False
+        plan = next_plan(self.planner, self.table, budget, now_ms=1)
+        if plan is None:
+            return False
+        assert plan.frontier.version is not None
+        self.stored[plan.frontier.plans] = StoredPlan(plan.rows, plan.frontier.to_json(), plan.frontier.version)
+        self.planner = plan.frontier
+        return True
+
+    def read(self, plans: int, killed_before_the_hold_moves: bool = False) -> bool:
+        """One batch of up to ``plans`` stored plans: written, committed, then the hold moved
+        (the batch handler does it after the commit, so a kill may come in between)."""
+        last = min(max(self.stored, default=0), self.committed + plans)
+        if last <= self.committed:
+            return False
+        self.output.extend(self.stored[n].rows for n in range(self.committed + 1, last + 1))
+        self.committed = last
+        if killed_before_the_hold_moves:
+            self.start()
+        else:
+            self.readers.committed(QUERY, head(self.committed), [PID])
+        return True
+
+    def hold(self) -> Hold:
+        hold = self.table.registry.hold(READER)
+        assert hold is not None
+        return hold
+
+    def needs(self) -> int | None:
+        """The oldest version a restart needs: open() refuses to start below the version its
+        last committed plan reached (before any commit, its first plan's). Its planner reads
+        only changes after its newest plan's version, at least as new. None before the first
+        plan: a restart holds the latest version, and plans from there."""
+        if not self.stored:
+            return None
+        number = max(self.committed, 1)
+        assert number in self.stored, f"plan {number} is committed or next, yet gone from the plan store"
+        return self.stored[number].version
+
+
+def check_hold(reader: Reader, previous: Hold | None) -> Hold:
+    hold = reader.hold()
+    if previous is not None:  # only its reader writes a hold, and only forward
+        assert hold.version >= previous.version, f"the hold went back from {previous.version} to {hold.version}"
+    needs = reader.needs()
+    if needs is not None:
+        assert hold.version <= needs, f"the hold is at {hold.version}, but a restart needs {needs}"
+        # Its age is measured from the first version it has not consumed: not past what its plans reached.
+        assert hold.next <= needs + 1, f"the hold says version {hold.next - 1} is consumed; its plans reached {needs}"
+    return hold
+
+
+def fold(plans: Sequence[list[Row]]) -> dict[tuple[int, str], int]:
+    total: Counter[tuple[int, str]] = Counter()
+    for rows in plans:
+        for key, value, diff in rows:
+            total[(key, value)] += diff
+    return {kv: n for kv, n in total.items() if n != 0}
+
+
+keys = st.integers(min_value=0, max_value=30)
+step = st.one_of(
+    st.tuples(st.just("publish"), st.tuples(st.dictionaries(keys, st.sampled_from("abcd"), max_size=4),
+                                            st.sets(keys, max_size=3))),
+    st.tuples(st.just("compact"), st.none()),
+    st.tuples(st.just("plan"), st.sampled_from([0, 1, 2, 3, 7, 100])),
+    st.tuples(st.just("read"), st.sampled_from([1, 2])),
+    st.tuples(st.just("read, killed before the hold moves"), st.sampled_from([1, 2])),
+    st.tuples(st.just("kill"), st.none()),
+)
+
+
+# At least 10 steps: Hypothesis favours short lists, and a kill that matters comes after a
+# plan, a commit and a compaction.
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(initial=st.dictionaries(keys, st.sampled_from("xyz"), max_size=20),
+       schedule=st.lists(step, min_size=10, max_size=50))
+def test_a_backfilling_reader_killed_anywhere_never_needs_what_compaction_took_and_ends_with_the_table(
+        initial: dict[int, str], schedule: list[tuple[str, Any]]) -> None:
+    # Nothing may raise: Compacted (a plan read history the holds did not protect) or
+    # HoldBroken (a restart needed a version below the frontier).
+    with tempfile.TemporaryDirectory(dir=MEMORY) as root:
+        table = PublishedTable(Path(root), initial)
+        reader = Reader(table)  # a first start: it holds the latest version before any plan
+        hold = check_hold(reader, None)
+        for kind, arg in schedule:
+            if kind == "publish":
+                table.commit(*arg)
+            elif kind == "compact":
+                table.compact()
+            elif kind == "plan":
+                reader.plan(arg)
+            elif kind == "kill":
+                reader.start()
+            else:
+                reader.read(arg, killed_before_the_hold_moves=kind != "read")
+            hold = check_hold(reader, hold)
+        # No more upstream changes: the planner and the reader run unthrottled to the end.
+        while True:
+            planned = reader.plan(100)
+            if not reader.read(LOOKAHEAD) and not planned:
+                break
+            hold = check_hold(reader, hold)
+            table.compact()
+        assert reader.planner.finished
+        assert fold(reader.output) == {(k, v): 1 for k, v in table.versions[-1].items()}
+        # Caught up, it holds the latest version only: compaction frees everything older.
+        assert hold.version == table.latest_version()
+
+
+def test_the_model_table_refuses_what_compaction_took() -> None:
+    """The property's teeth: a planner that carries on from a plan at a compacted version fails."""
+    with tempfile.TemporaryDirectory(dir=MEMORY) as root:
+        table = PublishedTable(Path(root), {1: "a", 2: "b"})
+        early = next_plan(Frontier(), table, 1, now_ms=1)
+        assert early is not None and early.frontier.version == 0
+        table.commit({1: "A"}, set())
+        table.commit({3: "c"}, {2})
+        table.compact()  # no hold: the frontier is the latest version
+        assert table.registry.frontier() == Kept(2, 2, 0)
+        with pytest.raises(Compacted, match="the changes of version 1, but compaction kept versions from 2 on"):
+            next_plan(early.frontier, table, 1, now_ms=1)
+        assert next_plan(Frontier(), table, 5, now_ms=1) is not None  # the latest version is kept
