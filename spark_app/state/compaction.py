@@ -53,10 +53,12 @@ def latest_before(latest: int, timestamp_ms: Timestamps, cutoff_ms: int) -> int:
     return 0
 
 
-def frontier(holds: Iterable[Hold], latest: int, margin_version: int) -> int:
+def frontier(holds: Iterable[Hold], latest: int, margin_version: int, recorded: int = 0) -> int:
     """The oldest version compaction keeps whole: the lowest hold, at most the version that
-    was the latest a margin ago (``latest_before``) and the latest version."""
-    return max(0, min([latest, margin_version, *(h.version for h in holds)]))
+    was the latest a margin ago (``latest_before``) and the latest version; never below
+    ``recorded``, an earlier round's, whose versions below are gone whatever a hold says (a
+    reader refused for needing them leaves its hold: a lower frontier would let it start)."""
+    return max(min(recorded, latest), min([latest, margin_version, *(h.version for h in holds)]))
 
 
 def hold_age(hold: Hold, latest: int, timestamp_ms: Timestamps, now_ms: int) -> HoldAge:

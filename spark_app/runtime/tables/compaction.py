@@ -140,7 +140,8 @@ class Compactor:
         broken = {h.reader for h in holds if self._is_broken(h)}
         live = [h for h in holds if h.reader not in broken]
         margin_version = plan.latest_before(latest, self._log.timestamp_ms, now_ms - margin_ms)
-        frontier = plan.frontier(live, latest, margin_version)
+        recorded = self._registry.frontier()
+        frontier = plan.frontier(live, latest, margin_version, 0 if recorded is None else recorded.version)
         self._registry.set_frontier(Frontier(frontier, latest, now_ms))
         needed = plan.needed_files(self._snapshot_files(frontier),
                                    (self._log.commit(v) for v in range(frontier, latest + 1)))

@@ -207,3 +207,23 @@ def test_a_changelog_and_a_lookup_move_their_holds_as_they_did_beside_the_backfi
     lookup.committed("tiers", QueryHead(batch=2, batch_time_ms=0, commit_time_ms=0,
                                         offsets={"customers": {}}), ["customers"])  # no version read: it stands
     assert table.hold() == (8, 9, LOOKUP)
+
+
+def test_a_refused_readers_hold_does_not_lower_the_frontier_and_let_it_start(tmp_path: Path) -> None:
+    """A reader refused for needing versions compaction took leaves its hold behind (the
+    hold is written before the frontier is checked, so that a concurrent round sees one or
+    the other). The next round must not record a frontier below the one before: versions 5
+    to 7 are gone whatever the holds say, and a frontier of 5 let the reader start, to fail
+    later on missing files (found by the property test's helper, with a script)."""
+    from spark_app.state.compaction import frontier
+
+    table = Table(tmp_path, latest=9)
+    table.registry.set_frontier(Frontier(version=8, latest=9, at_ms=0))
+    with pytest.raises(HoldBroken, match="needs version 7"):
+        table.readers(PLANS).open({"tiers": head(3)})
+    recorded = table.registry.frontier()
+    assert recorded is not None
+    next_round = frontier(table.registry.holds(), latest=9, margin_version=9, recorded=recorded.version)
+    table.registry.set_frontier(Frontier(version=next_round, latest=9, at_ms=0))
+    with pytest.raises(HoldBroken, match="needs version 7"):
+        table.readers(PLANS).open({"tiers": head(3)})
