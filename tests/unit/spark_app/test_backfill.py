@@ -6,7 +6,6 @@ the integration tests kill it.)"""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -26,72 +25,13 @@ from spark_app.runtime.sources.backfill import (
     next_plan,
     progress,
 )
-
-Row = tuple[int, str, int]
-"""key, value, diff"""
-
-
-class DictTable:
-    """A keyed table whose every version is kept, with the changes between versions."""
-
-    def __init__(self, rows: dict[int, str]) -> None:
-        self.versions = [dict(rows)]
-        self.changes_of: list[list[Row]] = [[]]
-
-    def commit(self, upserts: dict[int, str], deletes: set[int]) -> None:
-        current = dict(self.versions[-1])
-        changes: list[Row] = []
-        for key in sorted(deletes):
-            if key in current:
-                changes.append((key, current.pop(key), -1))
-        for key, value in upserts.items():
-            if key in current:
-                changes.append((key, current[key], -1))
-            changes.append((key, value, +1))
-            current[key] = value
-        self.versions.append(current)
-        self.changes_of.append(changes)
-
-    # ---- TableView ----
-    def latest_version(self) -> int:
-        return len(self.versions) - 1
-
-    def changes(self, after: int, through: int, position: Position) -> Changes[list[Row]]:
-        rows = [r for v in range(after + 1, through + 1) for r in self.changes_of[v]]
-        forwarded = [r for r in rows if not _after(r[0], position)]
-        beyond = sum(r[2] for r in rows if _after(r[0], position))
-        return Changes(forwarded, len(forwarded), beyond)
-
-    def chunk(self, version: int, position: Position, limit: int) -> Chunk[list[Row]]:
-        keys = sorted(k for k in self.versions[version] if _after(k, position))[:limit]
-        rows = [(k, self.versions[version][k], +1) for k in keys]
-        return Chunk(rows, len(rows), json.dumps(keys[-1]) if keys else None)
-
-    def count(self, version: int, position: Position) -> int:
-        return sum(1 for k in self.versions[version] if _after(k, position))
-
-    def concat(self, parts: Sequence[list[Row]]) -> list[Row]:
-        return [r for p in parts for r in p]
-
-
-def _after(key: int, position: Position) -> bool:
-    if position.finished:
-        return False
-    return position.key is None or key > json.loads(position.key)
-
-
-def fold(plans: Sequence[list[Row]]) -> dict[tuple[int, str], int]:
-    total: Counter[tuple[int, str]] = Counter()
-    for rows in plans:
-        for key, value, diff in rows:
-            total[(key, value)] += diff
-    return {kv: n for kv, n in total.items() if n != 0}
+from tests.support.keyed_table import DictTable, Row, after_position, fold
 
 
 def expected(table: DictTable, frontier: Frontier) -> dict[tuple[int, str], int]:
     assert frontier.version is not None
     rows = table.versions[frontier.version]
-    return {(k, v): 1 for k, v in rows.items() if not _after(k, frontier.position)}
+    return {(k, v): 1 for k, v in rows.items() if not after_position(k, frontier.position)}
 
 
 keys = st.integers(min_value=0, max_value=30)

@@ -16,11 +16,8 @@ table and the reader's state are models:
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_app.persistence import Backend
-from spark_app.runtime.sources.backfill import Changes, Chunk, Frontier, Position, next_plan
+from spark_app.runtime.sources.backfill import Frontier, next_plan
 from spark_app.runtime.sources.delta_table import BackfillSettings
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.runtime.tables.readers import Readers, TableInput
@@ -40,9 +37,7 @@ from spark_app.state.records import QueryHead
 from spark_app.state.tables import BACKFILL, Hold, HoldRegistry, ReaderId, TableRef
 from spark_app.state.tables import Frontier as Kept
 from spark_app.storage import FilesystemStorage
-
-Row = tuple[int, str, int]
-"""key, value, diff"""
+from tests.support.keyed_table import DictTable, Row, fold
 
 LOOKAHEAD = BackfillSettings().lookahead
 EXAMPLES = int(os.environ.get("BACKFILL_HOLD_EXAMPLES", "200"))
@@ -58,7 +53,7 @@ class Compacted(Exception):
     """A read of a version the publisher's compaction removed."""
 
 
-class PublishedTable:
+class PublishedTable(DictTable):
     """The publisher's table: its versions in memory (a ``TableView``), its commit files and
     its readers' holds in its folder.
 
@@ -68,73 +63,33 @@ class PublishedTable:
     are readable exactly when v >= F."""
 
     def __init__(self, root: Path, rows: dict[int, str]) -> None:
+        super().__init__(rows)
         self.storage = FilesystemStorage(root)
         self.registry = HoldRegistry(self.storage)
         self.location = TableLocation(TableRef("shop", "orders", "customers"), Backend.filesystem(root))
-        self.versions = [dict(rows)]
-        self.changes_of: list[list[Row]] = [[]]
         self.kept_from = 0
         self.storage.write(commit_key(0), b"{}")
 
     def commit(self, upserts: dict[int, str], deletes: set[int]) -> None:
-        current = dict(self.versions[-1])
-        changes: list[Row] = []
-        for key in sorted(deletes):
-            if key in current:
-                changes.append((key, current.pop(key), -1))
-        for key, value in upserts.items():
-            if key in current:
-                changes.append((key, current[key], -1))
-            changes.append((key, value, +1))
-            current[key] = value
-        self.versions.append(current)
-        self.changes_of.append(changes)
+        super().commit(upserts, deletes)
         self.storage.write(commit_key(self.latest_version()), b"{}")
 
     def compact(self) -> None:
         """Compactor.compact's round, without OPTIMIZE and broken holds (no maximum hold age)."""
         latest = self.latest_version()
-        kept = frontier(self.registry.holds(), latest, margin_version=latest)
+        recorded = self.registry.frontier()
+        kept = frontier(self.registry.holds(), latest, margin_version=latest,
+                        recorded=0 if recorded is None else recorded.version)
         assert kept >= self.kept_from, f"a hold went below version {self.kept_from}, which compaction took already"
         self.registry.set_frontier(Kept(kept, latest, at_ms=0))
         for version in range(self.kept_from, kept):
             self.storage.delete(commit_key(version))
         self.kept_from = kept
 
-    # ---- TableView ----
-    def latest_version(self) -> int:
-        return len(self.versions) - 1
-
-    def changes(self, after: int, through: int, position: Position) -> Changes[list[Row]]:
-        self._readable(after + 1, "the changes of")
-        rows = [r for v in range(after + 1, through + 1) for r in self.changes_of[v]]
-        forwarded = [r for r in rows if not _after(r[0], position)]
-        beyond = sum(r[2] for r in rows if _after(r[0], position))
-        return Changes(forwarded, len(forwarded), beyond)
-
-    def chunk(self, version: int, position: Position, limit: int) -> Chunk[list[Row]]:
-        self._readable(version, "a chunk at")
-        keys = sorted(k for k in self.versions[version] if _after(k, position))[:limit]
-        rows = [(k, self.versions[version][k], +1) for k in keys]
-        return Chunk(rows, len(rows), json.dumps(keys[-1]) if keys else None)
-
-    def count(self, version: int, position: Position) -> int:
-        self._readable(version, "the count at")
-        return sum(1 for k in self.versions[version] if _after(k, position))
-
-    def concat(self, parts: Sequence[list[Row]]) -> list[Row]:
-        return [r for p in parts for r in p]
-
-    def _readable(self, version: int, what: str) -> None:
+    def readable(self, version: int, what: str) -> None:
         if version < self.kept_from:
             raise Compacted(f"the planner read {what} version {version}, but compaction kept versions from "
                             f"{self.kept_from} on")
-
-
-def _after(key: int, position: Position) -> bool:
-    if position.finished:
-        return False
-    return position.key is None or key > json.loads(position.key)
 
 
 @dataclass(frozen=True)
@@ -230,14 +185,6 @@ def check_hold(reader: Reader, previous: Hold | None) -> Hold:
         # Its age is measured from the first version it has not consumed: not past what its plans reached.
         assert hold.next <= needs + 1, f"the hold says version {hold.next - 1} is consumed; its plans reached {needs}"
     return hold
-
-
-def fold(plans: Sequence[list[Row]]) -> dict[tuple[int, str], int]:
-    total: Counter[tuple[int, str]] = Counter()
-    for rows in plans:
-        for key, value, diff in rows:
-            total[(key, value)] += diff
-    return {kv: n for kv, n in total.items() if n != 0}
 
 
 keys = st.integers(min_value=0, max_value=30)
