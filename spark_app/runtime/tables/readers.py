@@ -133,6 +133,8 @@ class Readers:
         self._put(pid, needed, _next(table.kind, needed))
         frontier = registry.frontier()
         if frontier is not None and needed < frontier.version:
+            # What it needs is gone: its hold would only keep compaction at the frontier for good.
+            registry.release(reader)
             raise self._gone(pid, needed, "", broken_hold=False)
         log.info("table %s: %s holds version %d (resumed)", table.location.ref, reader, needed)
 

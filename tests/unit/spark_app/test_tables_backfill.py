@@ -227,3 +227,6 @@ def test_a_refused_readers_hold_does_not_lower_the_frontier_and_let_it_start(tmp
     table.registry.set_frontier(Frontier(version=next_round, latest=9, at_ms=0))
     with pytest.raises(HoldBroken, match="needs version 7"):
         table.readers(PLANS).open({"tiers": head(3)})
+    # Nor does the refused reader's hold keep compaction at version 8 for good: it is gone.
+    assert table.registry.hold(ReaderId("shop", "tiers", "customers")) is None
+    assert frontier(table.registry.holds(), latest=9, margin_version=9, recorded=8) == 9
