@@ -25,6 +25,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -251,7 +252,12 @@ class DeltaTableView:
         return self._table.latest_version(self._storage)
 
     def changes(self, after: int, through: int, position: Position) -> Changes[pa.Table]:
-        feed = self._read(readChangeFeed="true", startingVersion=str(after + 1), endingVersion=str(through))
+        options = {"readChangeFeed": "true", "startingVersion": str(after + 1), "endingVersion": str(through)}
+        with self._translated(options):
+            return self._changes(options, position)
+
+    def _changes(self, options: dict[str, str], position: Position) -> Changes[pa.Table]:
+        feed = self._load(options)
         change = F.col("_change_type")
         rows = feed.where(change.isin("insert", "delete", "update_preimage", "update_postimage")).select(
             *[F.col(f"`{c}`") for c in self._columns],
@@ -267,7 +273,12 @@ class DeltaTableView:
         return Changes(forwarded, forwarded.num_rows, beyond)
 
     def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
-        rows = self._read(versionAsOf=str(version))
+        options = {"versionAsOf": str(version)}
+        with self._translated(options):
+            return self._chunk(options, version, position, limit)
+
+    def _chunk(self, options: dict[str, str], version: int, position: Position, limit: int) -> Chunk[pa.Table]:
+        rows = self._load(options)
         if position.key is not None:
             rows = rows.where(self._after(position))
         bound = self._bound(version, position, limit)
@@ -344,17 +355,29 @@ class DeltaTableView:
         return [FileRange(rows or 0, low if rows is not None else None, high) for rows, low, high in found]
 
     def count(self, version: int, position: Position) -> int:
-        rows = self._read(versionAsOf=str(version))
-        return rows.where(self._after(position)).count() if position.key is not None else rows.count()
+        options = {"versionAsOf": str(version)}
+        with self._translated(options):
+            rows = self._load(options)
+            return rows.where(self._after(position)).count() if position.key is not None else rows.count()
 
     def concat(self, parts: Sequence[pa.Table]) -> pa.Table:
         return pa.concat_tables([self._empty(), *parts])
 
-    def _read(self, **options: str) -> DataFrame:
+    def _load(self, options: Mapping[str, str]) -> DataFrame:
+        return self._spark.read.format("delta").options(**options).load(self._uri)
+
+    @contextmanager
+    def _translated(self, options: Mapping[str, str]) -> Iterator[None]:
+        """A read's errors, its Spark jobs' included, translated when they say that versions
+        or files it needs are gone (a data file compacted under a chunk being read surfaced
+        as a raw Py4JJavaError, exit 1, where the table's load said which versions)."""
         try:
-            return self._spark.read.format("delta").options(**options).load(self._uri)
-        except Exception as error:  # noqa: BLE001 - translated when it says which versions are gone
-            raise _translate(error, self._table, options) from error
+            yield
+        except Exception as error:  # noqa: BLE001 - re-raised, translated when it says which versions are gone
+            translated = _translate(error, self._table, options)
+            if translated is error:
+                raise
+            raise translated from error
 
     def _after(self, position: Position) -> Column:
         """Rows whose key sorts after the position, as ``orderBy`` sorts (nulls first).
@@ -397,7 +420,7 @@ def _literal(value: Any, kind: DataType) -> Column:
 def _translate(error: Exception, table: DeltaTableRef, options: Mapping[str, str]) -> Exception:
     text = str(error)
     if "VersionNotFound" in text or "DELTA_VERSION_NOT_FOUND" in text or "DELTA_CHANGE_DATA_FILE_NOT_FOUND" in text \
-            or "FileNotFoundException" in text or "DELTA_MISSING_CHANGE_DATA" in text:
+            or "FileNotFoundException" in text or "DELTA_MISSING_CHANGE_DATA" in text or "FILE_NOT_EXIST" in text:
         return BackfillError(f"versions of the table at {table.location.root} that this reader still needs "
                              f"({dict(options)}) are gone (vacuumed or cleaned up): {text.splitlines()[0]}")
     return error

@@ -110,3 +110,17 @@ def test_chunks_stay_whole_when_rows_counted_by_the_statistics_were_deleted(spar
         read += chunk.rows.column("id").to_pylist()
         position = Position(chunk.last)
     assert read == list(range(600, 1000))
+
+
+def test_a_data_file_gone_under_a_chunk_says_which_versions_are_gone(spark: SparkSession, tmp_path: Path) -> None:
+    """The load succeeds (the log is whole), and the chunk's Spark job finds the file gone:
+    the error names the table and the versions, as the load's own errors do."""
+    path = tmp_path / "t"
+    spark.range(100).selectExpr("id", "id AS value").write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(str(path))
+    ref = DeltaTableRef(Backend.filesystem(path), ("id",))
+    view = DeltaTableView(spark, ref, describe_table(spark, ref))
+    for data in path.glob("*.parquet"):
+        data.unlink()
+    with pytest.raises(BackfillError, match=r"versions of the table at .* that this reader still needs .* are gone"):
+        view.chunk(0, START, 10)
