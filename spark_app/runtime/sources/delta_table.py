@@ -253,45 +253,36 @@ class DeltaTableView:
 
     def changes(self, after: int, through: int, position: Position) -> Changes[pa.Table]:
         options = {"readChangeFeed": "true", "startingVersion": str(after + 1), "endingVersion": str(through)}
-        with self._translated(options):
-            return self._changes(options, position)
-
-    def _changes(self, options: dict[str, str], position: Position) -> Changes[pa.Table]:
-        feed = self._load(options)
-        change = F.col("_change_type")
-        rows = feed.where(change.isin("insert", "delete", "update_preimage", "update_postimage")).select(
-            *[F.col(f"`{c}`") for c in self._columns],
-            F.when(change.isin("insert", "update_postimage"), 1).otherwise(-1).cast("int").alias(DIFF),
-        )
-        forwarded = self._empty()
-        if position.started:
-            forwarded = self._arrow(rows if position.finished else rows.where(~self._after(position)))
-        beyond = 0
-        if not position.finished:
-            ahead = rows if position.key is None else rows.where(self._after(position))
-            beyond = int(ahead.agg(F.coalesce(F.sum(DIFF), F.lit(0))).collect()[0][0])
-        return Changes(forwarded, forwarded.num_rows, beyond)
+        with self._reading(options) as feed:
+            change = F.col("_change_type")
+            rows = feed.where(change.isin("insert", "delete", "update_preimage", "update_postimage")).select(
+                *[F.col(f"`{c}`") for c in self._columns],
+                F.when(change.isin("insert", "update_postimage"), 1).otherwise(-1).cast("int").alias(DIFF),
+            )
+            forwarded = self._empty()
+            if position.started:
+                forwarded = self._arrow(rows if position.finished else rows.where(~self._after(position)))
+            beyond = 0
+            if not position.finished:
+                ahead = rows if position.key is None else rows.where(self._after(position))
+                beyond = int(ahead.agg(F.coalesce(F.sum(DIFF), F.lit(0))).collect()[0][0])
+            return Changes(forwarded, forwarded.num_rows, beyond)
 
     def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
-        options = {"versionAsOf": str(version)}
-        with self._translated(options):
-            return self._chunk(options, version, position, limit)
-
-    def _chunk(self, options: dict[str, str], version: int, position: Position, limit: int) -> Chunk[pa.Table]:
-        rows = self._load(options)
-        if position.key is not None:
-            rows = rows.where(self._after(position))
-        bound = self._bound(version, position, limit)
-        table = self._first(rows if bound is None else rows.where(bound), limit)
-        if bound is not None and table.num_rows < limit:
-            # The statistics counted rows that are not there (deleted since, or files
-            # rewritten after the cached statistics): read without the bound, and afresh.
-            log.info("backfill: the bound from the table's statistics held %d of %d rows; reading without it",
-                     table.num_rows, limit)
-            self._ranges = None
-            table = self._first(rows, limit)
-        last = table.column("_position")[-1].as_py() if table.num_rows else None
-        return Chunk(self._conform(table.drop_columns(["_position"])), table.num_rows, last)
+        with self._reading({"versionAsOf": str(version)}) as rows:
+            if position.key is not None:
+                rows = rows.where(self._after(position))
+            bound = self._bound(version, position, limit)
+            table = self._first(rows if bound is None else rows.where(bound), limit)
+            if bound is not None and table.num_rows < limit:
+                # The statistics counted rows that are not there (deleted since, or files
+                # rewritten after the cached statistics): read without the bound, and afresh.
+                log.info("backfill: the bound from the table's statistics held %d of %d rows; reading without it",
+                         table.num_rows, limit)
+                self._ranges = None
+                table = self._first(rows, limit)
+            last = table.column("_position")[-1].as_py() if table.num_rows else None
+            return Chunk(self._conform(table.drop_columns(["_position"])), table.num_rows, last)
 
     def _first(self, rows: DataFrame, limit: int) -> pa.Table:
         """The first ``limit`` rows in key order, with each row's position (its key as JSON)."""
@@ -355,24 +346,20 @@ class DeltaTableView:
         return [FileRange(rows or 0, low if rows is not None else None, high) for rows, low, high in found]
 
     def count(self, version: int, position: Position) -> int:
-        options = {"versionAsOf": str(version)}
-        with self._translated(options):
-            rows = self._load(options)
+        with self._reading({"versionAsOf": str(version)}) as rows:
             return rows.where(self._after(position)).count() if position.key is not None else rows.count()
 
     def concat(self, parts: Sequence[pa.Table]) -> pa.Table:
         return pa.concat_tables([self._empty(), *parts])
 
-    def _load(self, options: Mapping[str, str]) -> DataFrame:
-        return self._spark.read.format("delta").options(**options).load(self._uri)
-
     @contextmanager
-    def _translated(self, options: Mapping[str, str]) -> Iterator[None]:
-        """A read's errors, its Spark jobs' included, translated when they say that versions
-        or files it needs are gone (a data file compacted under a chunk being read surfaced
-        as a raw Py4JJavaError, exit 1, where the table's load said which versions)."""
+    def _reading(self, options: Mapping[str, str]) -> Iterator[DataFrame]:
+        """The table read with ``options``; errors of the load and of the Spark jobs run on it
+        meanwhile translated when they say that versions or files it needs are gone (a data
+        file compacted under a chunk being read surfaced as a raw Py4JJavaError, exit 1,
+        where the load's own errors said which versions)."""
         try:
-            yield
+            yield self._spark.read.format("delta").options(**options).load(self._uri)
         except Exception as error:  # noqa: BLE001 - re-raised, translated when it says which versions are gone
             translated = _translate(error, self._table, options)
             if translated is error:
