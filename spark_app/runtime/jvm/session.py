@@ -48,6 +48,13 @@ _DEFAULTS = {
     # the logs here are small, and 50 tasks cost seconds per read on a small driver.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    # Delta refuses to read any version but the latest once its commit is older than the
+    # table's deletedFileRetentionDuration, whether or not its files are still there. A
+    # shared table keeps tombstones for a minute (tables/publish.py) and its versions for
+    # as long as a reader's hold needs them, so a reader that lagged a minute was refused
+    # versions it held. Reads of versions whose files are gone still fail, and the
+    # readers report them as gone (sources/delta_table.py: _translate).
+    "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
     # A Delta version on s3a:// is committed by creating its log file only if absent (S3's
     # If-None-Match: *), so two drivers cannot both commit it; Delta's own store for s3a
     # checks, then writes (delta-io/delta#3596). The store needs S3A's conditional create

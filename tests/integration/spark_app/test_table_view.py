@@ -5,6 +5,7 @@ the position, and the checks made when a pipeline declares the source."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +125,27 @@ def test_a_data_file_gone_under_a_chunk_says_which_versions_are_gone(spark: Spar
         data.unlink()
     with pytest.raises(BackfillError, match=r"versions of the table at .* that this reader still needs .* are gone"):
         view.chunk(0, START, 10)
+
+
+def test_versions_older_than_the_tables_deleted_file_retention_are_read_while_their_files_remain(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A published table keeps its tombstones for a minute only (publish.TABLE_PROPERTIES),
+    and its versions for as long as a hold needs them. Delta refused a read of any version
+    but the latest once it was older than that duration, files present or not: a reader
+    that had lagged for a minute failed (CI, a shared backfill after a publisher restart)."""
+    from delta.tables import DeltaTable
+
+    path = str(tmp_path / "t")
+    (spark.range(100).selectExpr("id", "id AS value").write.format("delta")
+     .option("delta.enableChangeDataFeed", "true")
+     .option("delta.deletedFileRetentionDuration", "interval 1 seconds").save(path))
+    DeltaTable.forPath(spark, path).update("id < 10", {"value": "-id"})
+    time.sleep(2)  # versions 0 and 1 are now older than the retention; the latest is not
+    DeltaTable.forPath(spark, path).update("id >= 90", {"value": "-id"})
+    ref = DeltaTableRef(Backend.filesystem(path), ("id",))
+    view = DeltaTableView(spark, ref, describe_table(spark, ref))
+    assert view.latest_version() == 2
+    assert view.chunk(1, START, 10).rows.column("value").to_pylist() == [-i for i in range(10)]
+    assert view.count(1, START) == 100
+    changes = view.changes(0, 1, Position(view.chunk(1, START, 5).last))
+    assert sorted(changes.forwarded.column("diff").to_pylist()) == [-1] * 5 + [1] * 5
