@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-from spark_app.runtime.sources.backfill import Changes, Chunk, Position
+from spark_app.runtime.sources.backfill import Behind, Changes, Chunk, Position
 
 Row = tuple[int, str, int]
 """key, value, diff"""
@@ -43,11 +43,19 @@ class DictTable:
     def latest_version(self) -> int:
         return len(self.versions) - 1
 
-    def changes(self, after: int, through: int, position: Position) -> Changes[list[Row]]:
-        self.readable(after + 1, "the changes of")
-        rows = [r for v in range(after + 1, through + 1) for r in self.changes_of[v]]
-        forwarded = [r for r in rows if not after_position(r[0], position)]
-        beyond = sum(r[2] for r in rows if after_position(r[0], position))
+    def changes(self, after: int, through: int, position: Position,
+                behind: Behind | None = None) -> Changes[list[Row]]:
+        since = after if behind is None else min(after, behind.version)
+        self.readable(since + 1, "the changes of")
+        forwarded, beyond = [], 0
+        for version in range(since + 1, through + 1):
+            for row in self.changes_of[version]:
+                later = version > after
+                ahead = behind is not None and after_position(row[0], position) \
+                    and not after_position(row[0], behind.up_to)
+                if (later and not after_position(row[0], position)) or ahead:
+                    forwarded.append(row)
+                beyond += row[2] * ((later and after_position(row[0], position)) - ahead)
         return Changes(forwarded, len(forwarded), beyond)
 
     def chunk(self, version: int, position: Position, limit: int) -> Chunk[list[Row]]:

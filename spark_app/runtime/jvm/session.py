@@ -44,6 +44,10 @@ _DEFAULTS = {
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1",
     "spark.sql.streaming.minBatchesToRetain": "100",
     "spark.ui.showConsoleProgress": "false",
+    # Jobs in the default pool keep their one queue (first in, first out); a backfill reads
+    # its chunks in a pool of its own (sources/delta_table.py: read_aside), shared task by
+    # task with the default pool, so a long chunk read does not hold up the live changes.
+    "spark.scheduler.mode": "FAIR",
     # Delta rebuilds a table's snapshot from its log with this many tasks (50 by default);
     # the logs here are small, and 50 tasks cost seconds per read on a small driver.
     "spark.databricks.delta.snapshotPartitions": "2",

@@ -94,13 +94,26 @@ class Chunk(Generic[R]):
     """The last key read, encoded; None when the chunk is empty."""
 
 
+@dataclass(frozen=True)
+class Behind:
+    """Keys after a position and up to ``up_to``, read as a chunk at ``version``, a version
+    older than the changes being read: their changes since that version go with them."""
+
+    version: int
+    up_to: Position
+
+
 class TableView(Protocol[R]):
     """A keyed table with numbered versions and a record of the changes between them."""
 
     def latest_version(self) -> int: ...
 
-    def changes(self, after: int, through: int, position: Position) -> Changes[R]:
-        """The changes of versions ``after`` + 1 to ``through``, split at ``position``."""
+    def changes(self, after: int, through: int, position: Position, behind: Behind | None = None) -> Changes[R]:
+        """The changes of versions ``after`` + 1 to ``through``, split at ``position``. With
+        ``behind``, also those of versions ``behind.version`` + 1 to ``through`` for keys
+        after ``position`` up to ``behind.up_to``; ``beyond`` then counts what the changes
+        add after ``position`` less what they add up to ``behind.up_to``, so that it stays
+        what is left to read once that chunk is handed over."""
 
     def chunk(self, version: int, position: Position, limit: int) -> Chunk[R]:
         """Up to ``limit`` rows with keys after ``position``, as of ``version``, in key order."""
@@ -151,15 +164,39 @@ def chunk_bound(files: Sequence[FileRange], after: Any, limit: int) -> Any | Non
     return None
 
 
+@dataclass(frozen=True)
+class ReadAhead(Generic[R]):
+    """A chunk read while plans of changes went on: at ``version``, of up to ``limit`` keys
+    after ``after``. Plans of changes leave the position where it is, so the chunk still
+    starts there when it is handed over; what changed since ``version`` goes with it."""
+
+    version: int
+    after: Position
+    limit: int
+    chunk: Chunk[R]
+
+    def fits(self, frontier: Frontier) -> bool:
+        """Whether it can be handed over after ``frontier``: read from its position, at a
+        version it had reached (not so after another driver's plans were taken over)."""
+        return (not frontier.finished and frontier.version is not None and frontier.position == self.after
+                and self.version <= frontier.version)
+
+
 class TableRewound(Exception):
     """The table's newest version is older than one already read: it was replaced or restored."""
 
 
-def next_plan(frontier: Frontier, view: TableView[R], budget: int, now_ms: int | None = None) -> Plan[R] | None:
+def next_plan(frontier: Frontier, view: TableView[R], budget: int, now_ms: int | None = None,
+              ahead: ReadAhead[R] | None = None) -> Plan[R] | None:
     """The plan after ``frontier``, reading a chunk of at most ``budget`` rows (0: changes
-    only, the backfill paused), or None when there is nothing to hand over."""
+    only, the backfill paused), or None when there is nothing to hand over. With ``ahead``
+    (which must fit the frontier), that chunk is handed over instead of reading one, with
+    the changes of its keys since it was read."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     latest = view.latest_version()
+    if ahead is not None:
+        assert ahead.fits(frontier), (ahead.version, ahead.after, frontier)
+        budget = ahead.limit
     reading = not frontier.finished and budget > 0
     if frontier.version is None:
         changes: Changes[R] | None = None
@@ -171,19 +208,22 @@ def next_plan(frontier: Frontier, view: TableView[R], budget: int, now_ms: int |
                                "already: the table was replaced or restored to an older version")
         if latest == frontier.version and not reading:
             return None
-        changes = view.changes(frontier.version, latest, frontier.position) if latest > frontier.version else None
+        changes = None
+        if ahead is not None and latest > ahead.version:
+            up_to = _past(ahead.chunk, ahead.limit)
+            changes = view.changes(frontier.version, latest, frontier.position, Behind(ahead.version, up_to))
+        elif latest > frontier.version:
+            changes = view.changes(frontier.version, latest, frontier.position)
         remaining = frontier.remaining + (changes.beyond if changes else 0)
         start = frontier
-    chunk = view.chunk(latest, frontier.position, budget) if reading else None
+    chunk = ahead.chunk if ahead is not None else view.chunk(latest, frontier.position, budget) if reading else None
     read = chunk.count if chunk else 0
     finished = frontier.finished or (chunk is not None and read < budget)
-    if finished:
-        position = END
-    elif chunk is not None and chunk.last is not None:
-        position = Position(chunk.last)
-    else:
-        position = frontier.position
-    parts = [p.forwarded for p in (changes,) if p] + [c.rows for c in (chunk,) if c]
+    position = END if finished else _past(chunk, budget) if chunk is not None else frontier.position
+    # A chunk read ahead comes first: the changes of its keys since it was read follow it.
+    parts = [c.rows for c in (chunk,) if c] + [p.forwarded for p in (changes,) if p]
+    if ahead is None:
+        parts.reverse()  # changes to keys before the chunk's, and the chunk as of the same version
     return Plan(
         frontier=replace(
             start,
@@ -198,6 +238,14 @@ def next_plan(frontier: Frontier, view: TableView[R], budget: int, now_ms: int |
         changes=changes.count if changes else 0,
         chunk=read,
     )
+
+
+def _past(chunk: Chunk[R], limit: int) -> Position:
+    """The position after a chunk read with ``limit``: past every key when it came back
+    short, else at its last key."""
+    if chunk.count < limit or chunk.last is None:
+        return END
+    return Position(chunk.last)
 
 
 class TokenBucket:

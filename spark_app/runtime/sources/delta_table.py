@@ -50,13 +50,16 @@ from pyspark.sql.types import (
 from spark_app.contract import S3Keys
 from spark_app.persistence import Backend
 from spark_app.runtime.sources.backfill import (
+    Behind,
     Changes,
     Chunk,
     FileRange,
     Frontier,
+    Plan,
     Position,
     Progress,
     RateMeter,
+    ReadAhead,
     TokenBucket,
     chunk_bound,
     next_plan,
@@ -70,6 +73,8 @@ log = logging.getLogger("spark_app")
 
 FORMAT_NAME = "spark_app_plans"
 DIFF = "diff"
+_VERSION = "__spark_app_version"
+READ_ASIDE_POOL = "spark_app_backfill"
 _FRONTIER_KEY = b"spark_app.backfill.frontier"
 _VERSION_FILE = re.compile(r"^_delta_log/(\d{20})\.json$")
 _BOUNDED_TYPES = (IntegralType, StringType, DateType)
@@ -251,21 +256,30 @@ class DeltaTableView:
     def latest_version(self) -> int:
         return self._table.latest_version(self._storage)
 
-    def changes(self, after: int, through: int, position: Position) -> Changes[pa.Table]:
-        options = {"readChangeFeed": "true", "startingVersion": str(after + 1), "endingVersion": str(through)}
+    def changes(self, after: int, through: int, position: Position, behind: Behind | None = None,
+                ) -> Changes[pa.Table]:
+        since = after if behind is None else min(after, behind.version)
+        options = {"readChangeFeed": "true", "startingVersion": str(since + 1), "endingVersion": str(through)}
         with self._reading(options) as feed:
             change = F.col("_change_type")
             rows = feed.where(change.isin("insert", "delete", "update_preimage", "update_postimage")).select(
                 *[F.col(f"`{c}`") for c in self._columns],
                 F.when(change.isin("insert", "update_postimage"), 1).otherwise(-1).cast("int").alias(DIFF),
+                F.col("_commit_version").alias(_VERSION),
             )
-            forwarded = self._empty()
-            if position.started:
-                forwarded = self._arrow(rows if position.finished else rows.where(~self._after(position)))
+            later = F.col(_VERSION) > F.lit(after) if since < after else F.lit(True)
+            # Each split a condition, or None where it is false for every key, so that no
+            # Spark job runs for it: before the first chunk no key is at or before the position.
+            before = self._up_to(position)
+            after_it = self._up_to(position, negate=True)
+            ahead = None if behind is None else _and(after_it, self._up_to(behind.up_to))
+            forwarded_when = _or(_and(later, before), ahead)
+            forwarded = self._empty() if forwarded_when is None else self._arrow(rows.where(forwarded_when).drop(_VERSION))
             beyond = 0
-            if not position.finished:
-                ahead = rows if position.key is None else rows.where(self._after(position))
-                beyond = int(ahead.agg(F.coalesce(F.sum(DIFF), F.lit(0))).collect()[0][0])
+            gained = [(w, sign) for w, sign in ((_and(later, after_it), 1), (ahead, -1)) if w is not None]
+            if gained:
+                total = sum((F.when(w, F.col(DIFF) * sign).otherwise(0) for w, sign in gained), F.lit(0))
+                beyond = int(rows.agg(F.coalesce(F.sum(total), F.lit(0))).collect()[0][0])
             return Changes(forwarded, forwarded.num_rows, beyond)
 
     def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
@@ -345,6 +359,13 @@ class DeltaTableView:
                              F.col(f"stats.maxValues.`{name}`")).collect()
         return [FileRange(rows or 0, low if rows is not None else None, high) for rows, low, high in found]
 
+    def read_aside(self) -> None:
+        """Runs the calling thread's Spark jobs in a scheduler pool of their own, which the
+        fair scheduler shares with the driver's other jobs task by task: a long chunk read
+        then delays a plan of changes or a reader's batch by a task, not by the whole read
+        (with one queue, they waited for it)."""
+        self._spark.sparkContext.setLocalProperty("spark.scheduler.pool", READ_ASIDE_POOL)
+
     def count(self, version: int, position: Position) -> int:
         with self._reading({"versionAsOf": str(version)}) as rows:
             return rows.where(self._after(position)).count() if position.key is not None else rows.count()
@@ -365,6 +386,13 @@ class DeltaTableView:
             if translated is error:
                 raise
             raise translated from error
+
+    def _up_to(self, position: Position, negate: bool = False) -> Column | None:
+        """Keys at or before ``position`` (after it, negated) as a condition; None where no key is."""
+        if not position.started or position.finished:
+            return F.lit(True) if negate != position.finished else None
+        after = self._after(position)
+        return after if negate else ~after
 
     def _after(self, position: Position) -> Column:
         """Rows whose key sorts after the position, as ``orderBy`` sorts (nulls first).
@@ -395,6 +423,14 @@ class DeltaTableView:
 
     def _empty(self) -> pa.Table:
         return self._arrow_schema.empty_table()
+
+
+def _and(left: Column | None, right: Column | None) -> Column | None:
+    return None if left is None or right is None else left & right
+
+
+def _or(left: Column | None, right: Column | None) -> Column | None:
+    return right if left is None else left if right is None else left | right
 
 
 def _literal(value: Any, kind: DataType) -> Column:
@@ -437,6 +473,13 @@ class Planner:
         self._meter = RateMeter()
         self._frontier: Frontier | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._ahead: _Ahead | None = None
+        """A chunk being read, or read and not yet handed over."""
+        self._in_line = False
+        """The next chunk is read within its plan, as the first one is: set once a chunk read
+        ahead could not be handed over, so that a table compacted faster than chunks are
+        read ahead still makes progress."""
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
@@ -453,6 +496,7 @@ class Planner:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -472,21 +516,23 @@ class Planner:
             done = self._committed()
             self._store.drop_before(min(done, frontier.plans))  # the newest plan stays: it holds the frontier
             if frontier.plans - done >= self._settings.lookahead:
-                self._stop.wait(0.2)
+                self._sleep(0.2)
                 continue
-            budget = self._bucket.reserve(self._settings.chunk_rows)
-            plan = next_plan(frontier, self._view, budget)
+            step = self._step(frontier)
+            if step is None:
+                continue
+            plan, reserved = step
             if plan is None:
-                self._bucket.refund(budget)
-                self._stop.wait(self._poll_s)
+                self._bucket.refund(reserved)
+                self._sleep(self._poll_s)
                 continue
             if not self._store.create(plan.rows, plan.frontier):
-                self._bucket.refund(budget)
+                self._bucket.refund(reserved)
                 log.warning("backfill %s: plan %d was written by another driver; carrying on from it",
                             self.persistent_id, plan.frontier.plans)
                 frontier = self._frontier = self._store.frontier()
                 continue
-            self._bucket.refund(budget - plan.chunk)
+            self._bucket.refund(reserved - plan.chunk)
             if plan.chunk:
                 self._meter.add(plan.chunk)
             log.info("backfill %s: plan %d at version %d: %d changes, %d rows read (%s)", self.persistent_id,
@@ -495,7 +541,61 @@ class Planner:
                 log.info("backfill %s: finished, %d rows read; following changes only",
                          self.persistent_id, plan.frontier.rows_read)
             frontier = self._frontier = plan.frontier
-            self._stop.wait(self._pause_after(frontier))
+            self._sleep(self._poll_s if self._ahead is not None else self._pause_after(frontier))
+
+    def _step(self, frontier: Frontier) -> tuple[Plan[pa.Table] | None, int] | None:
+        """The next plan (None: nothing to hand over) and the rows reserved for its chunk;
+        None when a chunk read ahead began or was set aside instead."""
+        ahead = self._ahead
+        if ahead is not None and not ahead.done():
+            # While a chunk is read, changes to the keys already read go on in plans of
+            # their own: a live change waits for a plan of changes, not for the chunk.
+            return next_plan(frontier, self._view, 0), 0
+        self._ahead = None
+        if ahead is not None:
+            read = self._take(ahead, frontier)
+            if read is None:
+                self._in_line = True
+                return None
+            try:
+                return next_plan(frontier, self._view, read.limit, ahead=read), read.limit
+            except BackfillError as error:
+                # The changes since it was read are gone: compacted once the plans of changes
+                # moved the reader's hold past its version.
+                log.warning("backfill %s: a chunk read at version %d cannot be handed over, reading it "
+                            "again: %s", self.persistent_id, read.version, error)
+                self._bucket.refund(read.limit)
+                self._in_line = True
+                return None
+        reserved = self._bucket.reserve(self._settings.chunk_rows)
+        if reserved and frontier.version is not None and not frontier.finished and not self._in_line:
+            self._ahead = _Ahead(self._view, frontier, reserved, self._wake, self.persistent_id)
+            return None
+        plan = next_plan(frontier, self._view, reserved)
+        if plan is not None and plan.chunk:
+            self._in_line = False
+        return plan, reserved
+
+    def _take(self, ahead: _Ahead, frontier: Frontier) -> ReadAhead[pa.Table] | None:
+        """The chunk read ahead, or None (its rows given back to the bucket) when it can no
+        longer be handed over: read from another position (another driver's plans were
+        taken over), or its version gone before it was read."""
+        try:
+            read = ahead.result()
+        except BackfillError as error:
+            log.warning("backfill %s: a chunk read at version %d failed, reading it again: %s",
+                        self.persistent_id, ahead.version, error)
+            self._bucket.refund(ahead.limit)
+            return None
+        if not read.fits(frontier):
+            self._bucket.refund(ahead.limit)
+            return None
+        return read
+
+    def _sleep(self, seconds: float) -> None:
+        """Waits ``seconds``, or less if a chunk read ahead ends or the planner is stopped."""
+        self._wake.wait(seconds)
+        self._wake.clear()
 
     def _pause_after(self, frontier: Frontier) -> float:
         """How long to wait before the next plan. Unthrottled: not at all. Rate-limited:
@@ -517,6 +617,43 @@ class Planner:
             log.info("backfill %s: rate limit changed from %s to %s rows/s", self.persistent_id,
                      _rate(self._bucket.rate), _rate(live.rows_per_second))
             self._bucket.set_rate(live.rows_per_second)
+
+
+class _Ahead:
+    """A chunk read in a thread of its own, at the frontier's version and position, while
+    the planner writes plans of changes. Its Spark jobs run in a scheduler pool of their
+    own (DeltaTableView.read_aside), so they do not hold up the plans of changes."""
+
+    def __init__(self, view: DeltaTableView, frontier: Frontier, limit: int, wake: threading.Event,
+                 persistent_id: str) -> None:
+        assert frontier.version is not None
+        self.version, self.after, self.limit = frontier.version, frontier.position, limit
+        self._view = view
+        self._wake = wake
+        self._chunk: Chunk[pa.Table] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, name=f"spark_app-backfill-{persistent_id}-chunk",
+                                        daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            self._view.read_aside()
+            self._chunk = self._view.chunk(self.version, self.after, self.limit)
+        except BaseException as error:  # noqa: BLE001 - raised in the planner's thread by result()
+            self._error = error
+        finally:
+            self._wake.set()
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> ReadAhead[pa.Table]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._chunk is not None
+        return ReadAhead(self.version, self.after, self.limit, self._chunk)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm.session import build_session, spark_conf
-from spark_app.runtime.sources.backfill import START, Position
+from spark_app.runtime.sources.backfill import START, Behind, Position
 from spark_app.runtime.sources.delta_table import BackfillError, DeltaTableRef, DeltaTableView, describe_table
 
 pytestmark = pytest.mark.spark
@@ -149,3 +149,33 @@ def test_versions_older_than_the_tables_deleted_file_retention_are_read_while_th
     assert view.count(1, START) == 100
     changes = view.changes(0, 1, Position(view.chunk(1, START, 5).last))
     assert sorted(changes.forwarded.column("diff").to_pylist()) == [-1] * 5 + [1] * 5
+
+
+def test_a_chunk_read_at_an_older_version_gets_its_keys_changes_since_and_no_others(spark: SparkSession,
+                                                                                     tmp_path: Path) -> None:
+    """A chunk read ahead at version 0 (keys 5 to 14), handed over once plans of changes
+    reached version 1: the changes of version 2 to keys already read, and of versions 1 and
+    2 to the chunk's keys, nothing else; what is left to read counts the rest."""
+    from delta.tables import DeltaTable
+
+    path = str(tmp_path / "t")
+    (spark.range(100).selectExpr("id", "'v' AS value").write.format("delta")
+     .option("delta.enableChangeDataFeed", "true").save(path))
+    ref = DeltaTableRef(Backend.filesystem(path), ("id",))
+    view = DeltaTableView(spark, ref, describe_table(spark, ref))
+    position = Position(view.chunk(0, START, 5).last)  # keys 0 to 4 read
+    ahead = view.chunk(0, position, 10)  # keys 5 to 14, read ahead at version 0
+    table = DeltaTable.forPath(spark, path)
+    table.update("id < 5 OR (id >= 10 AND id < 15)", {"value": "'v1'"})  # version 1
+    table.delete("id = 7")  # version 2
+    table.update("id IN (2, 12, 50)", {"value": "'v3'"})  # version 3
+    table.delete("id = 60")  # version 4
+    spark.createDataFrame([(200, "new")], "id BIGINT, value STRING").write.format("delta").mode("append").save(path)
+    # Plans of changes handed versions 1 and 2 over for keys 0 to 4 (frontier at version 2).
+    changes = view.changes(2, 5, position, Behind(0, Position(ahead.last)))
+    forwarded = sorted(zip(changes.forwarded.column("id").to_pylist(), changes.forwarded.column("value").to_pylist(),
+                           changes.forwarded.column("diff").to_pylist(), strict=True))
+    assert forwarded == sorted([(2, "v1", -1), (2, "v3", 1), (7, "v", -1), (12, "v1", -1), (12, "v3", 1)]
+                               + [(k, "v", -1) for k in range(10, 15)] + [(k, "v1", 1) for k in range(10, 15)])
+    # Left after key 14 at version 5: 85 rows. Before: 94 after key 4 at version 2 (7 gone).
+    assert 94 + changes.beyond - ahead.count == 85

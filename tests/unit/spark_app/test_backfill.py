@@ -20,6 +20,7 @@ from spark_app.runtime.sources.backfill import (
     Frontier,
     Position,
     RateMeter,
+    ReadAhead,
     TableRewound,
     TokenBucket,
     next_plan,
@@ -40,10 +41,12 @@ step = st.one_of(
     st.tuples(st.just("upstream"), upstream),
     st.tuples(st.just("plan"), st.sampled_from([0, 1, 2, 3, 7, 100])),
     st.tuples(st.just("restart planner"), st.none()),
+    st.tuples(st.just("read ahead"), st.sampled_from([1, 2, 3, 7, 100])),
+    st.tuples(st.just("hand over"), st.none()),
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(initial=st.dictionaries(keys, st.sampled_from("xyz"), max_size=20), schedule=st.lists(step, max_size=40))
 def test_after_every_plan_the_rows_handed_over_are_the_table_up_to_the_position(initial, schedule):
     table = DictTable(initial)
@@ -51,11 +54,23 @@ def test_after_every_plan_the_rows_handed_over_are_the_table_up_to_the_position(
     stored = Frontier().to_json()  # the newest plan's frontier, as a restarted planner reads it
     frontier = Frontier.from_json(stored)
     chunk_rows = 0
+    ahead: ReadAhead[list[Row]] | None = None  # a chunk being read while plans of changes go on
     for kind, arg in schedule:
         if kind == "upstream":
             table.commit(*arg)
-        elif kind == "plan":
-            plan = next_plan(frontier, table, arg, now_ms=1)
+        elif kind == "read ahead":
+            if ahead is None and frontier.version is not None and not frontier.finished:
+                ahead = ReadAhead(frontier.version, frontier.position, arg,
+                                  table.chunk(frontier.version, frontier.position, arg))
+        elif kind in ("plan", "hand over"):
+            if kind == "hand over" and (ahead is None or not ahead.fits(frontier)):
+                ahead = None
+                continue
+            # While a chunk is read ahead, the planner writes plans of changes only.
+            budget = 0 if ahead is not None else arg
+            plan = next_plan(frontier, table, budget, now_ms=1, ahead=ahead if kind == "hand over" else None)
+            if kind == "hand over":
+                ahead = None
             if plan is None:
                 continue
             plans.append(plan.rows)
@@ -66,8 +81,9 @@ def test_after_every_plan_the_rows_handed_over_are_the_table_up_to_the_position(
             assert frontier.remaining == left
             chunk_rows += plan.chunk
             assert frontier.rows_read == chunk_rows
-        else:  # a killed planner carries on from the newest plan it wrote
+        else:  # a killed planner carries on from the newest plan it wrote; a read ahead is lost
             frontier = Frontier.from_json(stored)
+            ahead = None
     # Unthrottled to the end: the reader ends with exactly the final table.
     while (plan := next_plan(frontier, table, 5, now_ms=2)) is not None:
         plans.append(plan.rows)
@@ -211,6 +227,9 @@ def test_a_rate_limited_planner_holds_its_rate_when_each_read_takes_a_while(tmp_
         def count(self, version: int, position: Position) -> int:
             return 10**6
 
+        def read_aside(self) -> None:
+            """Chunks are read in a thread of their own (no Spark here)."""
+
         def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
             time.sleep(0.3)
             first = 0 if position.key is None else json.loads(position.key) + 1
@@ -235,6 +254,86 @@ def test_a_rate_limited_planner_holds_its_rate_when_each_read_takes_a_while(tmp_
         planner.stop()
     assert not errors
     assert 900 <= rate <= 1100, f"{rate:.0f} rows/s held for a limit of 1,000"
+
+
+def test_live_changes_are_handed_over_while_a_chunk_is_read_and_the_chunk_then_carries_its_keys_changes(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A chunk read that takes long (files spanning the key range, on the bench 3 to 7 s a
+    plan) made every live change wait for it. Now the chunk is read in a thread of its own
+    while plans of changes go on; once read, it is handed over with the changes of its keys
+    since the version it was read at. Here the second chunk's read is held until a change
+    to a key already read has been handed over in a plan of its own, and a change to a key
+    of that chunk is made meanwhile: the reader ends with exactly the table."""
+    import threading
+    import time
+
+    import pyarrow as pa
+
+    from spark_app.runtime.sources.backfill import Behind
+    from spark_app.runtime.sources.delta_table import BackfillSettings, Planner, PlanStore
+    from spark_app.storage import FilesystemStorage
+
+    held = threading.Event()
+    release = threading.Event()
+
+    class ArrowTable(DictTable):
+        """The table as Arrow rows; its second chunk read waits for the test."""
+
+        reads = 0
+
+        def changes(self, after: int, through: int, position: Position,
+                    behind: Behind | None = None) -> Changes[pa.Table]:
+            found = super().changes(after, through, position, behind)
+            return Changes(arrow(found.forwarded), found.count, found.beyond)
+
+        def chunk(self, version: int, position: Position, limit: int) -> Chunk[pa.Table]:
+            self.reads += 1
+            if self.reads == 2:
+                held.set()
+                assert release.wait(20)
+            found = super().chunk(version, position, limit)
+            return Chunk(arrow(found.rows), found.count, found.last)
+
+        def concat(self, parts: Sequence[pa.Table]) -> pa.Table:
+            return pa.concat_tables([arrow([]), *parts])
+
+        def read_aside(self) -> None:
+            """No Spark here."""
+
+    def arrow(rows: Sequence[Row]) -> pa.Table:
+        return pa.table({"key": pa.array([r[0] for r in rows], pa.int64()),
+                         "value": pa.array([r[1] for r in rows], pa.string()),
+                         "diff": pa.array([r[2] for r in rows], pa.int32())})
+
+    def rows_of(plan: pa.Table) -> list[Row]:
+        return list(zip(*(plan.column(c).to_pylist() for c in ("key", "value", "diff")), strict=True))
+
+    table = ArrowTable({k: "v" for k in range(10)})
+    store = PlanStore(FilesystemStorage(tmp_path), "t")
+    planner = Planner("t", table, store, BackfillSettings(chunk_rows=4, lookahead=100),  # type: ignore[arg-type]
+                      committed=lambda: 0, poll_s=0.05)  # nothing committed: every plan is kept
+    errors: list[BaseException] = []
+    planner.start(on_error=errors.append)
+    try:
+        assert held.wait(20), errors  # the first chunk (keys 0 to 3) handed over; the second is being read
+        table.commit({1: "changed", 5: "changed"}, {2})  # keys already read, and one of the chunk being read
+        deadline = time.monotonic() + 20
+        while store.frontier().version != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        during = store.frontier()
+        assert during.version == 1 and during.rows_read == 4, during  # handed over, the chunk still being read
+        assert sorted(rows_of(store.read(store.newest()))) == \
+            [(1, "changed", 1), (1, "v", -1), (2, "v", -1)]
+        release.set()
+        while not store.frontier().finished and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        release.set()
+        planner.stop()
+    assert not errors
+    plans = [rows_of(store.read(n)) for n in store.numbers()]
+    assert fold(plans) == {(k, v): 1 for k, v in table.versions[-1].items()}
+    assert store.frontier().rows_read == 10 and store.frontier().remaining == 0  # key 2 was read, then deleted
 
 
 def test_a_chunk_is_bounded_by_the_files_wholly_after_the_position():

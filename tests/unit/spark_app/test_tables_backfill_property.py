@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_app.persistence import Backend
-from spark_app.runtime.sources.backfill import Frontier, next_plan
+from spark_app.runtime.sources.backfill import Frontier, Plan, ReadAhead, next_plan
 from spark_app.runtime.sources.delta_table import BackfillSettings
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.runtime.tables.readers import Readers, TableInput
@@ -115,6 +115,8 @@ class Reader:
         self.committed = 0
         self.output: list[list[Row]] = []
         """The rows of the committed plans: an exactly-once sink keeps nothing else."""
+        self.reads_again = 0
+        """Chunks read ahead that could not be handed over: their version compacted meanwhile."""
         self.start()
 
     def start(self) -> None:
@@ -125,18 +127,57 @@ class Reader:
         self.readers.open({QUERY: head(self.committed)} if self.committed else {})
         newest = max(self.stored, default=None)
         self.planner = Frontier() if newest is None else Frontier.from_json(self.stored[newest].frontier)
+        self.reading: tuple[int, Any, int] | None = None
+        """A chunk being read in the planner's own thread: its version, position and limit."""
+        self.ahead: ReadAhead[list[Row]] | None = None
+        """That chunk, once read, until it is handed over."""
+        self.in_line = False
+        """After a chunk read ahead was set aside, the next is read within its plan."""
 
     def _plan_version(self, number: int) -> int | None:
         plan = self.stored.get(number)
         return None if plan is None else plan.version
 
     def plan(self, budget: int) -> bool:
-        """One turn of Planner._run's loop, reading a chunk of at most ``budget`` rows."""
+        """One turn of Planner._run's loop, with at most ``budget`` rows for a chunk: while
+        a chunk is read ahead, a plan of changes only; once it is read, it is handed over;
+        otherwise a chunk read ahead begins (the first plan, and plans while paused or
+        finished, are written at once)."""
         for old in [n for n in self.stored if n < min(self.committed, self.planner.plans)]:
             del self.stored[old]
         if self.planner.plans - self.committed >= LOOKAHEAD:
             return False
+        if self.reading is not None:
+            return self._store(next_plan(self.planner, self.table, 0, now_ms=1))
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead.fits(self.planner):
+            try:
+                return self._store(next_plan(self.planner, self.table, ahead.limit, now_ms=1, ahead=ahead))
+            except Compacted:  # its keys' changes since its version: read the next chunk in line
+                self.reads_again += 1
+                self.in_line = True
+        if budget and self.planner.version is not None and not self.planner.finished and not self.in_line:
+            self.reading = (self.planner.version, self.planner.position, budget)
+            return True
         plan = next_plan(self.planner, self.table, budget, now_ms=1)
+        self.in_line = self.in_line and not (plan is not None and plan.chunk)
+        return self._store(plan)
+
+    def chunk_read(self) -> bool:
+        """The planner's other thread reading the chunk; its version may have been compacted
+        since the read began. False when no chunk was being read."""
+        if self.reading is None:
+            return False
+        version, position, limit = self.reading
+        self.reading = None
+        try:
+            self.ahead = ReadAhead(version, position, limit, self.table.chunk(version, position, limit))
+        except Compacted:
+            self.reads_again += 1
+            self.in_line = True
+        return True
+
+    def _store(self, plan: Plan[list[Row]] | None) -> bool:
         if plan is None:
             return False
         assert plan.frontier.version is not None
@@ -196,6 +237,7 @@ step = st.one_of(
     st.tuples(st.just("read"), st.sampled_from([1, 2])),
     st.tuples(st.just("read, killed before the hold moves"), st.sampled_from([1, 2])),
     st.tuples(st.just("kill"), st.none()),
+    st.tuples(st.just("chunk read"), st.none()),
 )
 
 
@@ -206,7 +248,8 @@ step = st.one_of(
        schedule=st.lists(step, min_size=10, max_size=50))
 def test_a_backfilling_reader_killed_anywhere_never_needs_what_compaction_took_and_ends_with_the_table(
         initial: dict[int, str], schedule: list[tuple[str, Any]]) -> None:
-    # Nothing may raise: Compacted (a plan read history the holds did not protect) or
+    # Nothing may raise: Compacted (a plan read history the holds did not protect; a chunk
+    # read ahead may find its version compacted, and is read again) or
     # HoldBroken (a restart needed a version below the frontier).
     with tempfile.TemporaryDirectory(dir=MEMORY) as root:
         table = PublishedTable(Path(root), initial)
@@ -221,13 +264,16 @@ def test_a_backfilling_reader_killed_anywhere_never_needs_what_compaction_took_a
                 reader.plan(arg)
             elif kind == "kill":
                 reader.start()
+            elif kind == "chunk read":
+                reader.chunk_read()
             else:
                 reader.read(arg, killed_before_the_hold_moves=kind != "read")
             hold = check_hold(reader, hold)
         # No more upstream changes: the planner and the reader run unthrottled to the end.
         while True:
             planned = reader.plan(100)
-            if not reader.read(LOOKAHEAD) and not planned:
+            read_ahead = reader.chunk_read()
+            if not reader.read(LOOKAHEAD) and not planned and not read_ahead:
                 break
             hold = check_hold(reader, hold)
             table.compact()
