@@ -268,8 +268,8 @@ class DeltaTableView:
                 F.col("_commit_version").alias(_VERSION),
             )
             later = F.col(_VERSION) > F.lit(after) if since < after else F.lit(True)
-            # Each split a condition, or None where it is false for every key, so that no
-            # Spark job runs for it: before the first chunk no key is at or before the position.
+            # Each part of the split is a condition, or None where it holds for no key, so that
+            # no Spark job runs for it (before the first chunk, no key is at or before the position).
             before = self._up_to(position)
             after_it = self._up_to(position, negate=True)
             ahead = None if behind is None else _and(after_it, self._up_to(behind.up_to))
