@@ -220,10 +220,11 @@ def next_plan(frontier: Frontier, view: TableView[R], budget: int, now_ms: int |
     read = chunk.count if chunk else 0
     finished = frontier.finished or (chunk is not None and read < budget)
     position = END if finished else _past(chunk, budget) if chunk is not None else frontier.position
-    # A chunk read ahead comes first: the changes of its keys since it was read follow it.
-    parts = [c.rows for c in (chunk,) if c] + [p.forwarded for p in (changes,) if p]
-    if ahead is None:
-        parts.reverse()  # changes to keys before the chunk's, and the chunk as of the same version
+    read_rows = [chunk.rows] if chunk else []
+    changed_rows = [changes.forwarded] if changes else []
+    # A chunk read ahead comes first, the changes of its keys since it was read after it. A
+    # chunk read now is as of the changes' version, and they are of keys before its own.
+    parts = read_rows + changed_rows if ahead is not None else changed_rows + read_rows
     return Plan(
         frontier=replace(
             start,
