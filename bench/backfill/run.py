@@ -365,7 +365,9 @@ def main() -> None:
     parser.add_argument("--limits", default="0.25,0.5,0.75",
                         help="rows/s; below 1, fractions of the unthrottled rate measured first")
     parser.add_argument("--window-s", type=float, default=60.0)
-    parser.add_argument("--steady-s", type=float, default=30.0)
+    parser.add_argument("--steady-s", type=float, default=60.0,
+                        help="seconds the reader follows changes after its backfill (its steady state): "
+                        "at one MERGE every 7 s or so, 60 s gives about 8 markers")
     parser.add_argument("--cases", default=",".join(CASES),
                         help=f"which of {','.join(CASES)} to run (limits alone needs --limits in rows/s)")
     options = parser.parse_args()
