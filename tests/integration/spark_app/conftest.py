@@ -6,23 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.spark_app.harness import Workspace
+from tests.integration.spark_app.harness import Workspace, open_backend_workspace
 from tests.integration.spark_app.shared import SharedWorkspace, open_workspace
 
 
 # make test resumes on S3 in the chaos rounds (killed at a fault point, a frozen stale
 # driver, a shared table's publisher and readers), outputs compared exactly.
 @pytest.fixture(params=["filesystem", pytest.param("s3", marks=pytest.mark.long)])
-def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Workspace]:
+def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Workspace:
     """A workspace per storage backend: the behavioural suite runs against both (make
     test-long, make test-chaos)."""
-    if request.param == "filesystem":
-        workspace = Workspace(tmp_path, str(tmp_path / "state"))
-    else:
-        server = request.getfixturevalue("s3_server")
-        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
-    yield workspace
-    workspace.kill_all()
+    return open_backend_workspace(request, tmp_path, request.param)
 
 
 @pytest.fixture

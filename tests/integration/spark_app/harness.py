@@ -250,3 +250,15 @@ class Workspace:
         for driver in self.started:
             if driver.process is not None:
                 driver.kill()
+
+
+def open_backend_workspace(request: Any, tmp_path: Path, backend: str) -> Workspace:
+    """A workspace whose state is on ``backend`` (a folder, or a new bucket of the test S3
+    server), its drivers killed when the test ends. ``request`` is the fixture's."""
+    if backend == "filesystem":
+        workspace = Workspace(tmp_path, str(tmp_path / "state"))
+    else:
+        server = request.getfixturevalue("s3_server")
+        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
+    request.addfinalizer(workspace.kill_all)
+    return workspace

@@ -41,7 +41,14 @@ from spark_app.faults import (
 )
 from spark_app.persistence import Backend
 from spark_app.state.log import MetadataLog
-from tests.integration.spark_app.harness import Workspace, fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.harness import (
+    Workspace,
+    fold,
+    multiset,
+    open_backend_workspace,
+    read_changelog,
+    write_csv,
+)
 from tests.integration.spark_app.words import expected_counts, expected_even, rows
 from tests.support.outage import Outage
 
@@ -82,14 +89,7 @@ def feed(workspace: Workspace, files: range, pace: float = 0.3) -> threading.Thr
 
 @pytest.fixture
 def chaos_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # type: ignore[no-untyped-def]
-    backend = request.node.callspec.params["case"][2]
-    if backend == "filesystem":
-        workspace = Workspace(tmp_path, str(tmp_path / "state"))
-    else:
-        server = request.getfixturevalue("s3_server")
-        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
-    request.addfinalizer(workspace.kill_all)
-    return workspace
+    return open_backend_workspace(request, tmp_path, request.node.callspec.params["case"][2])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{p}:{n}-{b}-{r}" for r, (p, n), b in CASES])
@@ -121,13 +121,7 @@ FROZEN_CASES = [(r, BACKENDS[r % 2]) for r in range(ROUNDS * 2)] if CHAOS else [
 
 @pytest.fixture
 def frozen_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # type: ignore[no-untyped-def]
-    if request.node.callspec.params["case"][1] == "filesystem":
-        workspace = Workspace(tmp_path, str(tmp_path / "state"))
-    else:
-        server = request.getfixturevalue("s3_server")
-        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
-    request.addfinalizer(workspace.kill_all)
-    return workspace
+    return open_backend_workspace(request, tmp_path, request.node.callspec.params["case"][1])
 
 
 @pytest.mark.parametrize("case", FROZEN_CASES, ids=[f"{b}-{r}" for r, b in FROZEN_CASES])

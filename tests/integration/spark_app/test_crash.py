@@ -16,7 +16,14 @@ import time
 
 import pytest
 
-from tests.integration.spark_app.harness import Workspace, fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.harness import (
+    Workspace,
+    fold,
+    multiset,
+    open_backend_workspace,
+    read_changelog,
+    write_csv,
+)
 from tests.integration.spark_app.words import expected_counts, expected_even, rows
 
 pytestmark = pytest.mark.spark
@@ -38,13 +45,7 @@ def feed(workspace: Workspace, seed: int, done: threading.Event) -> None:
 
 @pytest.fixture
 def random_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # type: ignore[no-untyped-def]
-    if request.node.callspec.params["case"][1] == "filesystem":
-        workspace = Workspace(tmp_path, str(tmp_path / "state"))
-    else:
-        server = request.getfixturevalue("s3_server")
-        workspace = Workspace(tmp_path, f"s3://{server.new_bucket()}/pipelines/two", server.endpoint_url)
-    request.addfinalizer(workspace.kill_all)
-    return workspace
+    return open_backend_workspace(request, tmp_path, request.node.callspec.params["case"][1])
 
 
 @pytest.mark.parametrize("case", RANDOM_CASES, ids=[f"{b}-{s}" for s, b in RANDOM_CASES])
