@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -28,6 +29,8 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
 # tools/jars/java/dev/sparkapp/delta/S3PutIfAbsentLogStore.java, compiled by `make jars`.
 DELTA_S3_LOG_STORE = "dev.sparkapp.delta.S3PutIfAbsentLogStore"
+FAIR_SCHEDULER_POOLS = Path(__file__).with_name("fairscheduler.xml")
+"""The pools of the fair scheduler, shipped with the package (the wheel carries it)."""
 
 _DEFAULTS = {
     "spark.master": "local[*]",
@@ -48,6 +51,7 @@ _DEFAULTS = {
     # its chunks in a pool of its own (sources/delta_table.py: read_aside), shared task by
     # task with the default pool, so a long chunk read does not hold up the live changes.
     "spark.scheduler.mode": "FAIR",
+    "spark.scheduler.allocation.file": str(FAIR_SCHEDULER_POOLS),
     # Delta rebuilds a table's snapshot from its log with this many tasks (50 by default);
     # the logs here are small, and 50 tasks cost seconds per read on a small driver.
     "spark.databricks.delta.snapshotPartitions": "2",

@@ -25,3 +25,17 @@ def test_every_session_commits_delta_versions_on_s3_with_put_if_absent(backend: 
 def test_the_log_store_is_one_that_make_jars_compiles() -> None:
     source = REPO / "tools" / "jars" / "java" / (DELTA_S3_LOG_STORE.replace(".", "/") + ".java")
     assert source.is_file()
+
+
+def test_the_fair_scheduler_names_the_backfill_pool_in_a_file_the_package_carries() -> None:
+    """Without the pool in the allocation file, Spark created it with a warning in every
+    backfilling driver's log; with a file that is not there, the session would not start."""
+    import xml.etree.ElementTree as ET
+
+    from spark_app.runtime.sources.delta_table import READ_ASIDE_POOL
+
+    conf = spark_conf(Backend.filesystem("/tmp/state"), 10_000, {})
+    pools = Path(conf["spark.scheduler.allocation.file"])
+    assert pools.is_file() and pools.parent == REPO / "spark_app" / "runtime" / "jvm"
+    names = {pool.get("name") for pool in ET.parse(pools).getroot().iter("pool")}
+    assert names == {"default", READ_ASIDE_POOL}
