@@ -66,8 +66,22 @@ KILL_POINTS = [
     (IN_RECOVERY, 1),
 ]
 BACKENDS = ["filesystem", "s3"]
+# The most times a counted point is reached in every run of the killed driver: recovery
+# once per query (two); the file index compacts once if all six files arrive before the
+# driver first lists them (1.8 s of arrivals against a JVM's start), which a round of
+# make test-chaos saw (in-index-compaction:2 never reached, the driver ran to the end).
+REACHED_IN_EVERY_RUN = {IN_RECOVERY: 2, IN_INDEX_COMPACTION: 1}
+
+
+def later(round_: int, point: str, n: int) -> int:
+    """Later rounds hit the point later, as far as every run reaches it."""
+    n += round_ // (2 * len(KILL_POINTS))
+    return min(n, REACHED_IN_EVERY_RUN.get(point, n))
+
+
 # make test: a sample; make test-chaos: CHAOS_ROUNDS rounds walking through every point on both backends.
-CASES = ([(r, KILL_POINTS[r % len(KILL_POINTS)], BACKENDS[(r // len(KILL_POINTS)) % 2]) for r in range(ROUNDS * 2)]
+CASES = ([(r, (p, later(r, p, n)), BACKENDS[(r // len(KILL_POINTS)) % 2])
+          for r in range(ROUNDS * 2) for p, n in [KILL_POINTS[r % len(KILL_POINTS)]]]
          if CHAOS else [(1, (IN_INDEX_COMPACTION, 1), "s3"), (2, (IN_STORAGE_WRITE, 6), "filesystem")])
 
 
@@ -96,8 +110,7 @@ def chaos_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # t
 def test_a_driver_killed_at_a_fault_point_loses_and_repeats_nothing(
         chaos_workspace: Workspace, case: tuple[int, tuple[str, int], str]) -> None:
     workspace = chaos_workspace
-    round_, (point, n), _ = case
-    n += round_ // (2 * len(KILL_POINTS))  # later rounds hit the point later
+    _, (point, n), _ = case
     for f in range(2):
         write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
     first = workspace.driver(*SMALL, "--stop-when-idle", env={"SPARK_APP_EPOCH": "1"}).start()
