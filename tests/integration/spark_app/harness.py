@@ -18,6 +18,15 @@ REPO = Path(__file__).resolve().parents[3]
 PIPELINES = Path(__file__).parent / "pipelines"
 
 
+DRIVER_SPARK_CONF = {"spark.ui.enabled": "false", "spark.master": "local[2]"}
+"""A test driver's Spark configuration, unless its environment gives another."""
+
+
+def spark_conf_env(**extra: str) -> dict[str, str]:
+    """The environment that gives a driver DRIVER_SPARK_CONF with ``extra`` on top."""
+    return {"SPARK_APP_SPARK_CONF": json.dumps({**DRIVER_SPARK_CONF, **extra})}
+
+
 @dataclass
 class Driver:
     """One ``python -m spark_app run`` process, its output captured to a log file."""
@@ -34,9 +43,7 @@ class Driver:
             "SPARK_APP_TERMINATION_LOG": str(self.log_path) + ".end",
             **self.env,
         }
-        env.setdefault(
-            "SPARK_APP_SPARK_CONF", json.dumps({"spark.ui.enabled": "false", "spark.master": "local[2]"})
-        )
+        env.setdefault("SPARK_APP_SPARK_CONF", json.dumps(DRIVER_SPARK_CONF))
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "spark_app", "run", *self.args],

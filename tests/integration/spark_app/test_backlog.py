@@ -7,14 +7,13 @@ batches; the outputs stream each batch to storage instead of holding it in the d
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 
 import pytest
 
-from tests.integration.spark_app.harness import Workspace, fold, read_changelog
+from tests.integration.spark_app.harness import Workspace, fold, read_changelog, spark_conf_env
 
 pytestmark = pytest.mark.spark
 
@@ -43,8 +42,7 @@ def test_a_backlog_of_twenty_batches_drains_in_bounded_batches(fs_workspace: Wor
     assert backlog >= 20 * LIMIT
     driver = fs_workspace.driver(
         "--stop-when-idle", "--max-bytes-per-trigger", str(LIMIT),
-        env={"SPARK_APP_SPARK_CONF": json.dumps({"spark.ui.enabled": "false", "spark.master": "local[2]",
-                                                 "spark.driver.memory": "1g"})},
+        env=spark_conf_env(**{"spark.driver.memory": "1g"}),
     ).start()
     peak = 0
     peaks: dict[str, int] = {}

@@ -21,6 +21,7 @@ from spark_app.persistence import Backend
 from spark_app.state.delta_log import TableLog
 from spark_app.state.log import MetadataLog
 from spark_app.state.tables import HoldRegistry, ReaderId
+from tests.integration.spark_app.harness import spark_conf_env
 from tests.integration.spark_app.shared import SharedWorkspace, run, table_storage
 
 pytestmark = pytest.mark.spark
@@ -29,9 +30,7 @@ pytestmark = pytest.mark.spark
 # more, over the bound asserted); make test-shared-storage: 500.
 STORAGE_BATCHES = int(os.environ.get("SHARED_STORAGE_BATCHES", "30"))
 FAST = ("--compact-every-batches", "1", "--compact-every-s", "2", "--compaction-margin-s", "0")
-CHECKPOINT_EVERY_4 = {"SPARK_APP_SPARK_CONF": json.dumps({
-    "spark.ui.enabled": "false", "spark.master": "local[2]",
-    "spark.databricks.delta.properties.defaults.checkpointInterval": "4"})}
+CHECKPOINT_EVERY_4 = spark_conf_env(**{"spark.databricks.delta.properties.defaults.checkpointInterval": "4"})
 
 
 def head(workspace: SharedWorkspace, name: str) -> dict[str, object]:
