@@ -31,6 +31,26 @@ def start_up_conf() -> dict[str, str]:
             "spark.driver.defaultJavaOptions": class_archive.java_options(jars)}
 
 
+def baseline_session(app_name: str) -> Any:
+    """The SparkSession a baseline word count (no spark_app) runs on: SPARK_APP_SPARK_CONF
+    as the benchmark passes it, 4 shuffle partitions, UTC, and the RocksDB state store with
+    changelog checkpointing, as spark_app's own session has them."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in json.loads(os.environ.get("SPARK_APP_SPARK_CONF", "{}")).items():
+        builder = builder.config(key, value)
+    spark = (builder
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.streaming.stateStore.providerClass",
+                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
 def progress(message: str) -> None:
     print(f">>> [{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

@@ -10,12 +10,16 @@ that stage costs from what the rest of spark_app costs."""
 
 import argparse
 import json
-import os
 import signal
+import sys
 import threading
+from pathlib import Path
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.common import baseline_session  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--bootstrap-servers", required=True)
@@ -27,17 +31,7 @@ parser.add_argument("--trigger-interval-ms", type=int, default=100)
 parser.add_argument("--parse", choices=("jvm", "python"), default="jvm")
 args = parser.parse_args()
 
-builder = SparkSession.builder.appName("baseline")
-for key, value in json.loads(os.environ.get("SPARK_APP_SPARK_CONF", "{}")).items():
-    builder = builder.config(key, value)
-spark = (builder
-         .config("spark.sql.shuffle.partitions", "4")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.streaming.stateStore.providerClass",
-                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-         .getOrCreate())
-spark.sparkContext.setLogLevel("WARN")
+spark = baseline_session("baseline")
 
 messages = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
             .option("subscribe", args.topic).option("startingOffsets", "earliest")

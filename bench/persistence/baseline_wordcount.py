@@ -4,9 +4,12 @@ output as JSON lines through foreachBatch. No spark_app anywhere."""
 
 import argparse
 import json
-import os
+import sys
+from pathlib import Path
 
-from pyspark.sql import SparkSession
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.common import baseline_session  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--input", required=True)
@@ -14,17 +17,7 @@ parser.add_argument("--output", required=True)
 parser.add_argument("--checkpoint", required=True)
 args = parser.parse_args()
 
-builder = SparkSession.builder.appName("baseline")
-for key, value in json.loads(os.environ.get("SPARK_APP_SPARK_CONF", "{}")).items():
-    builder = builder.config(key, value)
-spark = (builder
-         .config("spark.sql.shuffle.partitions", "4")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.streaming.stateStore.providerClass",
-                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-         .getOrCreate())
-spark.sparkContext.setLogLevel("WARN")
+spark = baseline_session("baseline")
 
 words = spark.readStream.schema("word STRING").option("header", "true").csv(args.input)
 counts = words.groupBy("word").count()
