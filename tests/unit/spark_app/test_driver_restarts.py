@@ -1,5 +1,10 @@
 """Which query failures the driver restarts the query for, and which end the driver."""
 
+import threading
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
 import pytest
 
 from spark_app.runtime.driver import _looks_transient
@@ -46,13 +51,10 @@ def test_live_settings_are_read_again_when_their_file_changes_and_a_bad_one_is_i
     assert LiveSettingsFile(None).backfill_rate("accounts") is None
 
 
-def test_a_report_that_fails_never_stops_the_lease_renewal() -> None:
-    """The lease thread renews and reports; a report that raises (seen in make demo: the
-    Kafka lag read an offset line that was not JSON) must not end the thread, or the live
-    driver's lease lapses and the next driver takes over."""
-    import threading
-    from types import SimpleNamespace
-
+def run_lease_thread(status: Callable[[], object], readers: object = None) -> list[object]:
+    """Runs a bare driver's lease thread, with ``status`` and ``readers``, until it has
+    renewed three times (or two seconds have passed), then stops it; returns the renewals
+    after checking that the thread was still alive."""
     from spark_app.runtime.driver import Driver
 
     renewals: list[object] = []
@@ -62,60 +64,45 @@ def test_a_report_that_fails_never_stops_the_lease_renewal() -> None:
     driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
     driver._fatal = None  # type: ignore[attr-defined]
     driver._reporter = None  # type: ignore[attr-defined]
-    driver._readers = None  # type: ignore[attr-defined]
-
-    def failing_status() -> None:
-        raise ValueError("Expecting property name enclosed in double quotes")
-
-    driver._status = failing_status  # type: ignore[method-assign]
+    driver._readers = readers  # type: ignore[attr-defined]
+    driver._status = status  # type: ignore[method-assign]
     thread = threading.Thread(target=driver._renew_lease_forever, daemon=True)
     thread.start()
     try:
-        deadline = threading.Event()
         for _ in range(200):
             if len(renewals) >= 3:
                 break
-            deadline.wait(0.01)
+            time.sleep(0.01)
         assert len(renewals) >= 3 and thread.is_alive(), renewals
     finally:
         driver._stop.set()  # type: ignore[attr-defined]
         thread.join(5)
+    return renewals
+
+
+def test_a_report_that_fails_never_stops_the_lease_renewal() -> None:
+    """The lease thread renews and reports; a report that raises (seen in make demo: the
+    Kafka lag read an offset line that was not JSON) must not end the thread, or the live
+    driver's lease lapses and the next driver takes over."""
+
+    def failing_status() -> None:
+        raise ValueError("Expecting property name enclosed in double quotes")
+
+    run_lease_thread(failing_status)
 
 
 def test_a_lookup_hold_refresh_that_fails_never_stops_the_lease_renewal() -> None:
     """The lease thread also moves idle lookups' holds on shared tables; a refresh that
     raises (a query's status call while it restarts, a table's log out of reach) must not
     end the thread, as a failing report must not."""
-    import threading
-    from types import SimpleNamespace
-
     from spark_app import contract
-    from spark_app.runtime.driver import Driver
 
-    renewals: list[object] = []
     refreshes: list[object] = []
 
     def failing_refresh(busy: object) -> None:
         refreshes.append(busy)
         raise RuntimeError("py4j: the query is being restarted")
 
-    driver = object.__new__(Driver)
-    driver._stop = threading.Event()  # type: ignore[attr-defined]
-    driver._options = SimpleNamespace(lease_renew_s=0.01)  # type: ignore[attr-defined]
-    driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
-    driver._fatal = None  # type: ignore[attr-defined]
-    driver._reporter = None  # type: ignore[attr-defined]
-    driver._readers = SimpleNamespace(refresh_lookups=failing_refresh)  # type: ignore[attr-defined]
-    driver._status = lambda: contract.DriverReport(epoch=1, stored_epoch=0, state="running")  # type: ignore[method-assign]
-    thread = threading.Thread(target=driver._renew_lease_forever, daemon=True)
-    thread.start()
-    try:
-        deadline = threading.Event()
-        for _ in range(200):
-            if len(renewals) >= 3:
-                break
-            deadline.wait(0.01)
-        assert len(renewals) >= 3 and len(refreshes) >= 2 and thread.is_alive(), (renewals, refreshes)
-    finally:
-        driver._stop.set()  # type: ignore[attr-defined]
-        thread.join(5)
+    run_lease_thread(lambda: contract.DriverReport(epoch=1, stored_epoch=0, state="running"),
+                     SimpleNamespace(refresh_lookups=failing_refresh))
+    assert len(refreshes) >= 2, refreshes
