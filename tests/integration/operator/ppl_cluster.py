@@ -78,6 +78,22 @@ class Namespace:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def s3_bucket_and_secret(self) -> tuple[Any, dict[str, Any]]:
+        """A bucket of the cluster's S3 server for this namespace, and the Secret ``s3-creds``
+        holding the server's credentials: returns an S3 client and the ``spec.persistence.s3``
+        that names both (credentials by reference only)."""
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=self.cluster.s3_endpoint, region_name="us-east-1",
+                          aws_access_key_id="localcluster", aws_secret_access_key="localcluster-secret")
+        bucket = f"ppl-{self.name[-5:]}"
+        s3.create_bucket(Bucket=bucket)
+        self.core.create_namespaced_secret(self.name, client.V1Secret(
+            metadata=client.V1ObjectMeta(name="s3-creds"),
+            string_data={"AWS_ACCESS_KEY_ID": "localcluster", "AWS_SECRET_ACCESS_KEY": "localcluster-secret"}))
+        return s3, {"bucket": bucket, "endpoint": self.cluster.s3_endpoint, "region": "us-east-1",
+                    "credentialsSecret": {"name": "s3-creds"}}
+
     def pipeline(self, name: str) -> dict[str, Any] | None:
         try:
             found: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, name)

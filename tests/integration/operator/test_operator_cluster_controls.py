@@ -70,23 +70,12 @@ def test_delete_with_retain_keeps_the_state_and_recreating_resumes_from_it(ns: N
 
 def test_state_in_s3_with_credentials_from_a_secret_is_deleted_with_ondelete_delete(
         ns: Namespace, operator: Operator) -> None:
-    import boto3
-    from kubernetes import client
-
-    s3 = boto3.client("s3", endpoint_url=ns.cluster.s3_endpoint, region_name="us-east-1",
-                      aws_access_key_id="localcluster", aws_secret_access_key="localcluster-secret")
-    bucket = f"ppl-{ns.name[-5:]}"
-    s3.create_bucket(Bucket=bucket)
-    ns.core.create_namespaced_secret(ns.name, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="s3-creds"),
-        string_data={"AWS_ACCESS_KEY_ID": "localcluster", "AWS_SECRET_ACCESS_KEY": "localcluster-secret"}))
+    s3, s3_spec = ns.s3_bucket_and_secret()
+    bucket = s3_spec["bucket"]
     data = ns.folder("data")
     write_words(data, "a.csv", ["nut", "oat", "nut"])
     manifest = wordcount()
-    manifest["spec"]["persistence"] = {
-        "snapshotIntervalSeconds": 5, "onDelete": "Delete",
-        "s3": {"bucket": bucket, "endpoint": ns.cluster.s3_endpoint, "region": "us-east-1",
-               "credentialsSecret": {"name": "s3-creds"}}}
+    manifest["spec"]["persistence"] = {"snapshotIntervalSeconds": 5, "onDelete": "Delete", "s3": s3_spec}
     ns.apply(manifest)
 
     driver = eventually("the driver", lambda: ns.driver("wordcount", running=False), timeout=60)

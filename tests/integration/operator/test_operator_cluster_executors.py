@@ -51,27 +51,16 @@ def test_executors_are_pods_of_the_driver_and_a_relaunch_replaces_them(ns: Names
 def test_executors_get_the_s3_credentials_through_secret_references(ns: Namespace, operator: Operator) -> None:
     """Executors write the state stores into the checkpoint, which is in S3 here: they need
     the credentials the driver has, as references to the same Secret (never values)."""
-    import boto3
-    from kubernetes import client
-
     ns.rbac.replace_namespaced_role("spark-app-driver", ns.name, EXECUTOR_RBAC)
-    s3 = boto3.client("s3", endpoint_url=ns.cluster.s3_endpoint, region_name="us-east-1",
-                      aws_access_key_id="localcluster", aws_secret_access_key="localcluster-secret")
-    bucket = f"ppl-{ns.name[-5:]}"
-    s3.create_bucket(Bucket=bucket)
-    ns.core.create_namespaced_secret(ns.name, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="s3-creds"),
-        string_data={"AWS_ACCESS_KEY_ID": "localcluster", "AWS_SECRET_ACCESS_KEY": "localcluster-secret"}))
+    s3, s3_spec = ns.s3_bucket_and_secret()
+    bucket = s3_spec["bucket"]
     data = ns.folder("data")
     write_words(data, "a.csv", ["rye", "oat", "rye"])
     manifest = wordcount(execution={"mode": "Kubernetes", "executors": {"instances": 1, "cores": 1, "memory": "512m"}})
     manifest["spec"]["application"]["sparkConf"] = {
         "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.options.claimName": "data",
         "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.mount.path": "/data"}
-    manifest["spec"]["persistence"] = {
-        "snapshotIntervalSeconds": 5,
-        "s3": {"bucket": bucket, "endpoint": ns.cluster.s3_endpoint, "region": "us-east-1",
-               "credentialsSecret": {"name": "s3-creds"}}}
+    manifest["spec"]["persistence"] = {"snapshotIntervalSeconds": 5, "s3": s3_spec}
     ns.apply(manifest)
 
     executor = eventually("an executor", lambda: executors(ns), timeout=180)[0]
