@@ -11,7 +11,12 @@ Files are named relative to the source's root, so the source may move to another
 path (or another volume) without its files being read again.
 
 Admission is append-only: a file listed once keeps its number forever, so replaying
-a batch reads exactly the same files. Segments are merged into a ``base-<end>.json``
+a batch reads exactly the same files. With each file the index keeps how its source read it
+then (``read_as``, opaque here; the source's format and parse options), so that replaying a
+batch after the source's format changed (JSON lines earlier, CSV now) reads the same rows:
+Spark replays a batch whose commit it had not recorded when the driver died, and its
+stateful operators count what the replay reads. Segments written before ``read_as`` existed
+have none; their files are read as the source reads now. Segments are merged into a ``base-<end>.json``
 every ``COMPACT_AFTER`` segments to keep start-up reads short. Compaction deletes the
 segments inside the base, which reopens their names: a slow writer whose view ended
 there could create one again. So an admission counts only if no base covers its
@@ -53,6 +58,7 @@ class FileIndex:
         self._compact_after = compact_after or COMPACT_AFTER
         self._prefix = join("sources", persistent_id, "files") + "/"
         self._files: list[FileEntry] = []
+        self._read_as: list[str | None] = []
         self._known: set[str] = set()
         self._segments = 0
         self._loaded = False
@@ -72,6 +78,12 @@ class FileIndex:
                 raise IndexCorrupted(f"{self._prefix}: offset {end} is past the {len(self._files)} files indexed")
             return self._files[start:end]
 
+    def read_as(self, start: int, end: int) -> list[str | None]:
+        """How the source read files ``start..end-1`` when they were admitted (None: not recorded)."""
+        with self._lock:
+            self.files(start, end)  # loads, or fails, as files() does
+            return self._read_as[start:end]
+
     def bounded_end(self, start: int, end: int, max_files: int, max_bytes: int) -> int:
         """Where a batch that starts at file ``start`` ends, at most ``end``: within
         ``max_files`` files and ``max_bytes`` bytes, but at least one file, so that a file
@@ -84,26 +96,27 @@ class FileIndex:
             total += entry.size
         return start + taken
 
-    def admit(self, listing: list[FileEntry]) -> int:
-        """Adds the files of ``listing`` not seen before; returns the new file count.
+    def admit(self, listing: list[FileEntry], read_as: str | None = None) -> int:
+        """Adds the files of ``listing`` not seen before, each recorded with ``read_as``;
+        returns the new file count.
 
         New files are numbered by (mtime, path), so files that arrive together are read
         in the order they were written.
         """
         with self._lock:
-            return self._admit(listing)
+            return self._admit(listing, read_as)
 
-    def _admit(self, listing: list[FileEntry]) -> int:
+    def _admit(self, listing: list[FileEntry], read_as: str | None) -> int:
         self._ensure_loaded()
         while True:
             new = sorted((f for f in listing if f.path not in self._known), key=lambda f: (f.mtime_ms, f.path))
             if not new:
                 return len(self._files)
             start, end = len(self._files), len(self._files) + len(new)
-            body = {"start": start, "files": [[f.path, f.size, f.mtime_ms] for f in new]}
+            body = _segment_body(start, new, [read_as] * len(new))
             if self._storage.create(self._segment_key(start), json.dumps(body).encode()) and \
                     self._covering_base(start) is None:
-                self._extend(new)
+                self._extend(new, [read_as] * len(new))
                 self._segments += 1
                 if self._segments >= self._compact_after:
                     self._compact()
@@ -122,18 +135,22 @@ class FileIndex:
 
     def _load(self) -> None:
         files: list[FileEntry] = []
+        read_as: list[str | None] = []
         segment_count = 0
         keys = self._storage.list(self._prefix)
         bases = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and m.group(1))
         segments = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and not m.group(1))
         if bases:
-            files += self._read_segment(bases[-1][1], expected_start=0)
+            files, read_as = self._read_segment(bases[-1][1], expected_start=0)
         for start, key in segments:
             if start < len(files):
                 continue  # already inside the base
-            files += self._read_segment(key, expected_start=len(files))
+            segment_files, segment_read_as = self._read_segment(key, expected_start=len(files))
+            files += segment_files
+            read_as += segment_read_as
             segment_count += 1
-        self._files, self._known, self._segments = files, {f.path for f in files}, segment_count
+        self._files, self._read_as, self._known = files, read_as, {f.path for f in files}
+        self._segments = segment_count
         self._loaded = True
 
     def _covering_base(self, start: int) -> str | None:
@@ -145,7 +162,7 @@ class FileIndex:
                 return key
         return None
 
-    def _read_segment(self, key: str, expected_start: int) -> list[FileEntry]:
+    def _read_segment(self, key: str, expected_start: int) -> tuple[list[FileEntry], list[str | None]]:
         try:
             data = self._storage.read(key)
         except NotFound:
@@ -153,7 +170,10 @@ class FileIndex:
         try:
             body = json.loads(data)
             files = [FileEntry(p, int(s), int(m)) for p, s, m in body["files"]]
+            read_as = body.get("read_as") or [None] * len(files)
             start = body["start"]
+            if len(read_as) != len(files):
+                raise ValueError(f"{len(read_as)} read_as for {len(files)} files")
         except (ValueError, KeyError, TypeError) as error:
             raise IndexCorrupted(
                 f"file index segment {key} is damaged ({len(data)} bytes; {error}); "
@@ -161,15 +181,16 @@ class FileIndex:
             ) from None
         if start != expected_start:
             raise IndexCorrupted(f"{key} starts at file {start}, expected {expected_start}")
-        return files
+        return files, read_as
 
-    def _extend(self, entries: list[FileEntry]) -> None:
+    def _extend(self, entries: list[FileEntry], read_as: list[str | None]) -> None:
         self._files.extend(entries)
+        self._read_as.extend(read_as)
         self._known.update(f.path for f in entries)
 
     def _compact(self) -> None:
         end = len(self._files)
-        body = {"start": 0, "files": [[f.path, f.size, f.mtime_ms] for f in self._files]}
+        body = _segment_body(0, self._files, self._read_as)
         self._storage.create(join(self._prefix, f"base-{end:012d}.json"), json.dumps(body).encode())
         crash_point(IN_INDEX_COMPACTION)
         for key in self._storage.list(self._prefix):
@@ -186,3 +207,11 @@ class FileIndex:
     def _ensure_loaded(self) -> None:
         if not self._loaded:
             self.reload()
+
+
+def _segment_body(start: int, files: list[FileEntry], read_as: list[str | None]) -> dict[str, object]:
+    body: dict[str, object] = {"start": start, "files": [[f.path, f.size, f.mtime_ms] for f in files]}
+    if any(r is not None for r in read_as):
+        # A key of its own, beside "files": a driver from before it existed reads the segment still.
+        body["read_as"] = read_as
+    return body

@@ -15,7 +15,9 @@ lines at a time (a file is never held whole), and writes what it sets aside to t
 dead-letter location, one object per input file, so that re-reading a file rewrites the
 same dead letters. A file is read up to the size it had when it was admitted, so a
 replay reads the same bytes; one that vanished, shrank or grew since is recorded there
-too (a ``file`` record) and counted, and the batch goes on.
+too (a ``file`` record) and counted, and the batch goes on. A file is also read in the
+format its source had when it was admitted (the index records it), so a source whose
+format changed (JSON lines, then CSV) replays an old batch as it first read it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -79,11 +81,29 @@ class ReadPlan:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """How long unreachable storage is retried: the driver's outage budget."""
 
+    def read_as(self) -> str:
+        """How this plan reads a file (format and parse options), as the file index records it
+        for each file admitted."""
+        how: dict[str, Any] = {"format": self.format}
+        if self.format == "csv":
+            how["csv"] = asdict(self.csv)
+        return json.dumps(how, sort_keys=True)
+
+    def as_admitted(self, read_as: str | None) -> ReadPlan:
+        """This plan, reading as the file's source read when the file was admitted (as now
+        when the index recorded nothing)."""
+        if read_as is None or read_as == self.read_as():
+            return self
+        how = json.loads(read_as)
+        return replace(self, format=how["format"], csv=CsvFormat(**how.get("csv", {})))
+
 
 @dataclass(frozen=True)
 class FilesPartition(InputPartition):
     plan: ReadPlan
     files: tuple[FileEntry, ...]
+    read_as: tuple[str | None, ...]
+    """How each of ``files`` was to be read when it was admitted (ReadPlan.read_as)."""
 
 
 class FileSource(DataSource):
@@ -127,23 +147,30 @@ class FileStreamReader(CountingReader):
         return FileIndex(self._snapshot.storage(self._retry), self._pid, self._compact_after)
 
     def latestOffset(self) -> dict[str, Any]:
-        admitted = self._index.admit(self._plan.input.list())
+        admitted = self._index.admit(self._plan.input.list(), self._plan.read_as())
         end = self._index.bounded_end(self.planned, admitted, self._limits.max_files_per_trigger,
                                       self._limits.max_bytes_per_trigger)
         return self.offset(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        files = self._index.files(*self.plan_range(start, end))
-        return [FilesPartition(self._plan, group) for group in _balance(files, self._parallelism)]
+        first, last = self.plan_range(start, end)
+        files = self._index.files(first, last)
+        read_as = dict(zip((f.path for f in files), self._index.read_as(first, last), strict=True))
+        return [FilesPartition(self._plan, group, tuple(read_as[f.path] for f in group))
+                for group in _balance(files, self._parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilesPartition)
-        return read_files(partition.plan, partition.files)
+        return read_files(partition.plan, partition.files, partition.read_as)
 
 
-def read_files(plan: ReadPlan, files: Sequence[FileEntry]) -> Iterator[pa.RecordBatch]:
-    dead_letters = plan.dead_letter.storage(plan.retry)
-    for entry in files:
+def read_files(source_plan: ReadPlan, files: Sequence[FileEntry],
+               read_as: Sequence[str | None]) -> Iterator[pa.RecordBatch]:
+    """The rows of ``files``, each read as its ``read_as`` says (as ``source_plan`` reads
+    now where it says nothing); rows that do not parse go to the dead letters."""
+    dead_letters = source_plan.dead_letter.storage(source_plan.retry)
+    for entry, how in zip(files, read_as, strict=True):
+        plan = source_plan.as_admitted(how)
         set_aside: list[dict[str, Any]] = []
         for first_line, data in _blocks(plan, entry, set_aside):
             parsed = _parse(plan, data, first_line)

@@ -151,3 +151,23 @@ def test_one_index_admitting_from_several_threads_numbers_each_file_once(storage
     assert _in_threads(admissions) == []
     assert [f.path for f in FileIndex(storage, "src").files(0, 12)] == [f.path for f in listing]
     assert len(shared) == 12
+
+
+def test_each_file_keeps_how_its_source_read_it_through_reloads_and_compaction(storage: Storage) -> None:
+    index = FileIndex(storage, "src", compact_after=2)
+    index.admit([entry("a.jsonl", 1)], read_as="json")
+    index.admit([entry("a.jsonl", 1), entry("b.csv", 2)], read_as="csv")  # a compaction into one base
+    index.admit([entry("c.csv", 3)])  # a writer that records nothing
+    assert index.read_as(0, 3) == ["json", "csv", None]
+    reloaded = FileIndex(storage, "src", compact_after=2)
+    assert [f.path for f in reloaded.files(0, 3)] == ["a.jsonl", "b.csv", "c.csv"]
+    assert reloaded.read_as(1, 3) == ["csv", None]
+    assert any("base-" in key for key in storage.list("sources/src/files/"))
+
+
+def test_a_segment_from_before_read_as_reads_as_unrecorded(storage: Storage) -> None:
+    storage.create("sources/src/files/000000000000.json", b'{"start": 0, "files": [["a.csv", 10, 1]]}')
+    index = FileIndex(storage, "src")
+    assert index.read_as(0, 1) == [None]
+    assert index.admit([entry("a.csv", 1), entry("b.csv", 2)], read_as="csv") == 2
+    assert FileIndex(storage, "src").read_as(0, 2) == [None, "csv"]
