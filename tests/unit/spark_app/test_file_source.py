@@ -31,8 +31,8 @@ def admit(tmp_path: Path, name: str, data: bytes) -> FileEntry:
     return FileEntry(name, len(data), 0)
 
 
-def rows(p: ReadPlan, entries: list[FileEntry]) -> list[dict[str, object]]:
-    return [row for batch in read_files(p, entries) for row in batch.to_pylist()]
+def rows(p: ReadPlan, entries: list[FileEntry], read_as: list[str | None] | None = None) -> list[dict[str, object]]:
+    return [row for batch in read_files(p, entries, read_as or [None] * len(entries)) for row in batch.to_pylist()]
 
 
 def dead(tmp_path: Path, name: str) -> list[dict[str, object]]:
@@ -159,3 +159,18 @@ def test_the_reader_plans_on_the_driver_and_ships_to_tasks_without_its_index(tmp
     assert [batch.num_rows for batch in shipped.read(partition)] == [1]
     with pytest.raises(SourceOrderChanged):
         reader.partitions({"source": "other", "files": 0}, end)
+
+
+def test_each_file_is_read_as_its_source_read_when_it_was_admitted(tmp_path: Path) -> None:
+    """A source that moved from JSON lines to semicolon-separated CSV still reads a file
+    admitted before the move as JSON lines (a replayed batch reads what it read first)."""
+    old = admit(tmp_path, "a.jsonl", b'{"word": "a", "n": 1}\n{"word": "b", "n": 2}\n')
+    new = admit(tmp_path, "b.csv", b"word;n\nc;3\n")
+    then = plan(tmp_path, "jsonlines")
+    now = ReadPlan("words", "csv", then.input, then.dead_letter, CsvFormat(delimiter=";"), WORDS)
+    assert now.as_admitted(now.read_as()) is now and now.as_admitted(None) is now
+    assert now.as_admitted(then.read_as()).format == "jsonlines"
+    assert rows(now, [old, new], [then.read_as(), now.read_as()]) == [
+        {"word": "a", "n": 1}, {"word": "b", "n": 2}, {"word": "c", "n": 3}]
+    assert rows(now, [new], [None]) == [{"word": "c", "n": 3}]  # unrecorded: as the source reads now
+    assert dead(tmp_path, "a.jsonl") == [] and dead(tmp_path, "b.csv") == []
