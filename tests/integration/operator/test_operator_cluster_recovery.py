@@ -121,18 +121,9 @@ def test_a_storage_outage_longer_than_the_drivers_budget_heals_by_itself(
     driver's outage budget: each driver gives up with exit code 5, the operator relaunches
     with backoff without counting a failure (maxFailures is 1 here), shows the outage in a
     condition and Events, and once the server is back the pipeline resumes exactly."""
-    import boto3
-    from kubernetes import client
-
     from tests.support.outage import Outage
 
-    s3 = boto3.client("s3", endpoint_url=ns.cluster.s3_endpoint, region_name="us-east-1",
-                      aws_access_key_id="localcluster", aws_secret_access_key="localcluster-secret")
-    bucket = f"outage-{ns.name[-5:]}"
-    s3.create_bucket(Bucket=bucket)
-    ns.core.create_namespaced_secret(ns.name, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="s3-creds"),
-        string_data={"AWS_ACCESS_KEY_ID": "localcluster", "AWS_SECRET_ACCESS_KEY": "localcluster-secret"}))
+    _, s3_spec = ns.s3_bucket_and_secret()
     outage = Outage(ns.cluster.s3_endpoint, tmp_path / "outage.log")
     outage.start()
     try:
@@ -141,8 +132,7 @@ def test_a_storage_outage_longer_than_the_drivers_budget_heals_by_itself(
         manifest = wordcount(restartPolicy={"maxFailures": 1, "backoff": {"initialSeconds": 2, "maxSeconds": 10}})
         manifest["spec"]["persistence"] = {
             "snapshotIntervalSeconds": 5, "outageBudgetSeconds": 15,
-            "s3": {"bucket": bucket, "endpoint": outage.url, "region": "us-east-1",
-                   "credentialsSecret": {"name": "s3-creds"}}}
+            "s3": {**s3_spec, "endpoint": outage.url}}  # the drivers reach the server through the proxy
         ns.apply(manifest)
         eventually("a.csv counted", lambda: replay(data / "result.jsonlines") == expected("a.csv"), timeout=180)
 
