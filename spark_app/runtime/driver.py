@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
+from spark_app.runtime import startup
 from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints, offsets_by_source
 from spark_app.runtime.jvm.session import spark_conf
 from spark_app.runtime.kafka_clients import parse_offsets
@@ -132,6 +133,12 @@ class Driver:
         self._planners: list[Planner] = []
         self._plan_stores: dict[str, PlanStore] = {}
         self._state = "starting"
+        self._started_at = startup.process_started()
+        self._moments: dict[str, float] = {}
+        """When each phase of the start ended (wall clock): declared, state."""
+        self._recoveries: dict[str, tuple[float, float]] = {}
+        self._started_up: set[str] = set()
+        """The queries whose start-up line is logged."""
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -139,6 +146,7 @@ class Driver:
         """Runs until stopped; returns the process exit code (see spark_app.contract)."""
         if not self._pipeline.queries:
             raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
+        self._moments["declared"] = time.time()
         previous = self._install_signal_handlers()
         try:
             self._start()
@@ -204,6 +212,7 @@ class Driver:
             if isinstance(tracker, KafkaTracker):
                 tracker.check_topics()  # Spark's source would wait for a missing topic without a word
         self._start_planners(snapshots, retry)
+        self._moments["state"] = time.time()
         for number, (name, spec) in enumerate(self._pipeline.queries.items()):
             handler = BatchHandler(name, spec, self, snapshots, trackers)
             self._handlers[name] = handler
@@ -249,7 +258,9 @@ class Driver:
     def _start_query(self, name: str) -> None:
         spec = self._pipeline.queries[name]
         handler = self._handlers[name]
+        began = time.time()
         handler.recover()
+        self._recoveries.setdefault(name, (began, time.time()))
         if spec.df is None:
             return  # nothing streams into it: recover() did its one run
         query = (
@@ -283,6 +294,7 @@ class Driver:
         while not self._stop.is_set():
             if self._fatal is not None:
                 raise self._fatal
+            self._log_startups()
             for name, query in list(self._queries.items()):
                 if not query.isActive:
                     self._restart_or_raise(name, query, restarts[name])
@@ -296,6 +308,21 @@ class Driver:
                 else:
                     idle_since = None
             self._stop.wait(0.2)
+
+    def _log_startups(self) -> None:
+        """Says where each query's start went, once its first batch is done."""
+        for name, query in self._queries.items():
+            if name in self._started_up:
+                continue
+            try:
+                progress = last_progress(query)
+            except Exception:  # noqa: BLE001 - the query may be restarting; its line can wait
+                continue
+            if progress:
+                self._started_up.add(name)
+                log.info("%s", startup.from_progress(name, self._started_at, self._moments["declared"],
+                                                     self._moments["state"], self._recoveries[name],
+                                                     progress).describe())
 
     def _restart_or_raise(self, name: str, query: StreamingQuery, restarts: _Restarts) -> None:
         if self._fatal is not None:
