@@ -4,8 +4,8 @@ Keys are relative, '/'-separated paths under the backend's root. Two guarantees 
 to the layers above, and the shared test suite
 (tests/integration/state/test_storage_contract.py) checks them against every implementation:
 
-* ``write`` replaces a key atomically: a reader sees the old bytes or the new bytes,
-  never a prefix of the new ones.
+* ``write`` (and ``write_file``) replaces a key atomically: a reader sees the old bytes
+  or the new bytes, never a prefix of the new ones.
 * ``create`` is put-if-absent: of several writers racing for one key exactly one
   succeeds, and the key then holds that writer's complete bytes. This is what the
   metadata log's fencing is built on (exclusive create on a filesystem, ``If-None-Match: *``
@@ -72,6 +72,17 @@ class Storage(Protocol):
 
     def create(self, key: str, data: bytes) -> bool:
         """Stores ``data`` at ``key`` only if the key is absent; returns whether it did."""
+        ...
+
+    def write_file(self, key: str, path: str) -> None:
+        """Stores the local file ``path`` at ``key``, replacing any previous value
+        atomically, as ``write`` does; streamed, never held whole in memory (a keyed
+        output's snapshot is a gigabyte at 16M keys)."""
+        ...
+
+    def read_file(self, key: str, path: str) -> None:
+        """Writes the bytes stored at ``key`` to the local file ``path``, streamed;
+        raises ``NotFound``."""
         ...
 
     def list(self, prefix: str) -> list[str]:

@@ -67,6 +67,35 @@ class FilesystemStorage:
         except OSError as error:
             raise _translate(error, target) from error
 
+    def write_file(self, key: str, path: str) -> None:
+        target = self._path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+            os.close(fd)
+            try:
+                shutil.copyfile(path, temp)  # the kernel copies (copy_file_range, sendfile)
+                _fsync_file(temp)
+                crash_point(IN_STORAGE_WRITE)
+                os.replace(temp, target)
+            except BaseException:
+                if os.path.exists(temp):
+                    os.unlink(temp)
+                raise
+            _fsync_dir(target.parent)
+        except OSError as error:
+            raise _translate(error, target) from error
+
+    def read_file(self, key: str, path: str) -> None:
+        try:
+            shutil.copyfile(self._path(key), path)
+        except FileNotFoundError:
+            if not self._path(key).exists():
+                raise NotFound(key) from None
+            raise
+        except OSError as error:
+            raise _translate(error, self._path(key)) from error
+
     def create(self, key: str, data: bytes) -> bool:
         target = self._path(key)
         try:
@@ -162,6 +191,14 @@ class FilesystemStorage:
             os.unlink(temp)
             raise
         return temp
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(folder: Path) -> None:

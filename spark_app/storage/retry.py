@@ -58,6 +58,12 @@ class RetryingStorage:
     def write(self, key: str, data: bytes) -> None:
         self._retry(lambda: self.inner.write(key, data), f"write {key}")
 
+    def write_file(self, key: str, path: str) -> None:
+        self._retry(lambda: self.inner.write_file(key, path), f"write {key}")
+
+    def read_file(self, key: str, path: str) -> None:
+        self._retry(lambda: self.inner.read_file(key, path), f"read {key}")
+
     def create(self, key: str, data: bytes) -> bool:
         # An ambiguous failure may have created the key: callers that need to know whose
         # bytes are stored read them back (the metadata log does).

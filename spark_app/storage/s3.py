@@ -46,6 +46,13 @@ _TRANSIENT_CODES = {
 }
 
 
+_PART_BYTES = 32 * 2**20
+"""Snapshots larger than this go up and down in parts of this size."""
+_TRANSFER_THREADS = 4
+"""Parts in flight at once: a download or upload of a large snapshot is bound by the
+round trips of one stream, not by the link."""
+
+
 @dataclass(frozen=True)
 class S3Location:
     """Where an S3 backend lives; no credentials by design."""
@@ -125,6 +132,17 @@ class S3Storage:
         crash_point(IN_STORAGE_WRITE)
         self._call("put_object", key, Key=self._key(key), Body=data)
 
+    def write_file(self, key: str, path: str) -> None:
+        crash_point(IN_STORAGE_WRITE)
+        # A multipart upload is invisible until it completes: the key is replaced atomically.
+        self._transfer("upload_file", key, path, self._location.bucket, self._key(key))
+
+    def read_file(self, key: str, path: str) -> None:
+        try:
+            self._transfer("download_file", key, self._location.bucket, self._key(key), path)
+        except _Missing:
+            raise NotFound(key) from None
+
     def create(self, key: str, data: bytes) -> bool:
         crash_point(IN_STORAGE_WRITE)
         try:
@@ -189,6 +207,20 @@ class S3Storage:
             yield from paginator.paginate(Bucket=self._location.bucket, Prefix=full_prefix)
         except self._errors as error:
             raise self._translate(error, full_prefix) from error
+
+    def _transfer(self, operation: str, key: str, *args: str) -> None:
+        """boto3's managed transfer: large objects in parts, several at once."""
+        from boto3.exceptions import S3TransferFailedError, S3UploadFailedError
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=_PART_BYTES, multipart_chunksize=_PART_BYTES,
+                                max_concurrency=_TRANSFER_THREADS)
+        try:
+            getattr(self._client, operation)(*args, Config=config)
+        except self._errors as error:
+            raise self._translate(error, key) from error
+        except (S3TransferFailedError, S3UploadFailedError) as error:  # a part failed: transient
+            raise StorageUnavailable(f"s3://{join(self._location.bucket, self._key(key))}: {error}") from error
 
     def _call(self, operation: str, key: str, **kwargs: Any) -> Any:
         try:

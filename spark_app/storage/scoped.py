@@ -31,6 +31,12 @@ class ScopedStorage:
     def write(self, key: str, data: bytes) -> None:
         self.inner.write(self._key(key), data)
 
+    def write_file(self, key: str, path: str) -> None:
+        self.inner.write_file(self._key(key), path)
+
+    def read_file(self, key: str, path: str) -> None:
+        self.inner.read_file(self._key(key), path)
+
     def create(self, key: str, data: bytes) -> bool:
         return self.inner.create(self._key(key), data)
 

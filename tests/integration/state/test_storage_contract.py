@@ -56,6 +56,21 @@ def test_one_of_many_racing_creates_wins_with_its_complete_bytes(storage: Storag
     assert storage.read("race") == f"writer-{winners[0]}".encode() * 1000
 
 
+def test_a_local_file_goes_in_and_comes_out_whole_and_replaces_the_key(storage: Storage, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Over one part of the S3 transfer (32 MiB), so that it goes up and comes down in parts.
+    large = tmp_path / "large"
+    large.write_bytes(bytes(range(256)) * (40 * 2**20 // 256) + b"end")
+    storage.write("snapshots/s", b"the old value")
+    storage.write_file("snapshots/s", str(large))
+    assert storage.size("snapshots/") == large.stat().st_size
+    copy = tmp_path / "copy"
+    storage.read_file("snapshots/s", str(copy))
+    assert copy.read_bytes() == large.read_bytes()
+    assert storage.list("snapshots/") == ["snapshots/s"]  # no part or temporary file left beside it
+    with pytest.raises(NotFound):
+        storage.read_file("snapshots/missing", str(tmp_path / "never"))
+
+
 def test_list_returns_sorted_keys_under_a_prefix(storage: Storage) -> None:
     for key in ["log/2", "log/1", "logs/x", "other/1", "log/sub/3"]:
         storage.write(key, b"")
