@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -83,6 +84,10 @@ class BatchHandler:
         self._trackers = {pid: trackers[pid] for pid in spec.sources}
         self._last_commit = 0.0
         self._last_snapshot = time.monotonic()
+        self._snapshot_of = -1
+        """The batch the newest snapshot under way or stored was taken at."""
+        self._batch_lock = threading.Lock()
+        """Held through a batch, and by the work done between batches (``between_batches``)."""
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
 
     def recover(self) -> None:
@@ -92,6 +97,8 @@ class BatchHandler:
         sink = self._spec.sink
         session = self._driver.session
         sink.recover(head, OutputContext(session.epoch, session.state_id, self._snapshots, session.check_not_fenced))
+        if head is not None:  # no new snapshot until a batch after the newest stored one
+            self._snapshot_of = max((o.snapshot.batch for o in head.outputs.values() if o.snapshot), default=-1)
         crash_point(IN_RECOVERY)
         written = sink.start(int(time.time() * 1000))
         if written is not None:
@@ -108,7 +115,8 @@ class BatchHandler:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         try:
-            self._handle(df, batch_id)
+            with self._batch_lock:
+                self._handle(df, batch_id)
         except BaseException as error:
             self._driver.record_fatal(error)
             raise
@@ -187,25 +195,46 @@ class BatchHandler:
 
         return SparkSession.builder.getOrCreate()
 
+    def between_batches(self) -> None:
+        """Called by the driver's supervision while the query may be idle: snapshots are
+        committed and started as after a batch, so that a burst of input followed by quiet
+        is covered by a snapshot too, not only by the changelog a restart replays."""
+        if not self._batch_lock.acquire(blocking=False):
+            return  # a batch is under way; it does this when it ends
+        try:
+            head = self._driver.session.heads.get(self._name)
+            if head is not None:
+                self._maybe_snapshot(head)
+        finally:
+            self._batch_lock.release()
+
     def _maybe_snapshot(self, head: QueryHead) -> None:
-        if time.monotonic() - self._last_snapshot < self._driver.snapshot_interval_s:
-            return
-        self._last_snapshot = time.monotonic()
+        """Commits the snapshots stored since the last call (in the background, see
+        sinks.keyed_state.Snapshotter) with ``head``, the newest commit, then, once an
+        interval has passed and there is a newer batch to cover, starts the next ones."""
         outputs = dict(head.outputs)
-        snapshotted = []
+        finished = []
         for output in self._spec.sink.outputs():
             if output.name in outputs:
-                stored = output.snapshot(outputs[output.name], head.batch, self._snapshots)
+                stored = output.finished_snapshot(outputs[output.name])
                 if stored is not None:
-                    snapshotted.append((output, outputs[output.name]))
+                    finished.append((output, outputs[output.name]))
                     outputs[output.name] = stored
-        if not snapshotted:
+        if finished:
+            crash_point(AFTER_SNAPSHOT_WRITE, head.batch)
+            head = replace(head, outputs=outputs)
+            self._driver.commit(self._name, head, kind="snapshot")
+            crash_point(AFTER_SNAPSHOT_COMMIT, head.batch)
+            for output, previous in finished:  # only now is the previous snapshot no longer the one to load
+                output.snapshot_committed(previous, self._snapshots)
+        due = time.monotonic() - self._last_snapshot >= self._driver.snapshot_interval_s
+        if not due or head.batch <= self._snapshot_of:
             return
-        crash_point(AFTER_SNAPSHOT_WRITE, head.batch)
-        self._driver.commit(self._name, replace(head, outputs=outputs), kind="snapshot")
-        crash_point(AFTER_SNAPSHOT_COMMIT, head.batch)
-        for output, previous in snapshotted:  # only now is the previous snapshot no longer the one to load
-            output.snapshot_committed(previous, self._snapshots)
+        self._last_snapshot = time.monotonic()
+        self._snapshot_of = head.batch
+        for output in self._spec.sink.outputs():
+            if output.name in head.outputs:
+                output.start_snapshot(head.outputs[output.name], head.batch, self._snapshots)
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
         """The batch's time and its sources' end offsets, from Spark's offset log: one line

@@ -298,8 +298,10 @@ class Driver:
             for name, query in list(self._queries.items()):
                 if not query.isActive:
                     self._restart_or_raise(name, query, restarts[name])
-                elif self._handlers[name].committed_since(restarts[name].since):
+                    continue
+                if self._handlers[name].committed_since(restarts[name].since):
                     restarts[name] = _Restarts()
+                self._handlers[name].between_batches()
             if self._options.stop_when_idle:
                 if self._idle():
                     idle_since = idle_since or time.monotonic()

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 
 from spark_app import contract
 from spark_app.state.records import OutputHead, QueryHead
-from spark_app.storage import Storage
+from spark_app.storage import Storage, join
 
 RESERVED_COLUMNS = ("time", "diff")
 """Columns a changelog output adds to every row."""
@@ -63,6 +63,12 @@ class OutputDamaged(Exception):
     """An output no longer matches its committed position (edited or deleted by hand)."""
 
 
+def snapshot_key(output: str, batch_id: int, epoch: int) -> str:
+    """Where a snapshot of an output's state goes: named by its batch and its driver's
+    epoch, so that no two drivers ever write one key."""
+    return join("outputs", output, "snapshots", f"{batch_id:012d}-e{epoch:06d}.sqlite")
+
+
 class Output(ABC):
     def __init__(self, name: str, path: str, key: Sequence[str] | None) -> None:
         self.name = name
@@ -83,9 +89,13 @@ class Output(ABC):
     def aborted(self) -> None:
         """The batch will not be committed by this driver."""
 
-    def snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> OutputHead | None:
-        """Stores a snapshot of the output's state, if it has any; returns the new head,
-        which the caller commits before calling ``snapshot_committed``."""
+    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
+        """Begins storing a snapshot of the output's state as of ``head`` (just committed),
+        if it has state and none is under way; it is stored in the background."""
+
+    def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
+        """``head`` naming the snapshot stored since the last call, if one is: the caller
+        commits it before calling ``snapshot_committed``."""
         return None
 
     def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from spark_app.runtime.sinks.keyed_state import OutputState
+from spark_app.runtime.sinks.keyed_state import OutputState, encode_key
 
 _CHUNK = "chunk"
 
@@ -83,7 +83,7 @@ def keyed_changes(state: OutputState, chunk: bytes, time_ms: int) -> list[tuple[
 
 
 def _key(row: dict[str, Any], key: tuple[str, ...]) -> str:
-    return json.dumps([row.get(c) for c in key], default=str, separators=(",", ":"))
+    return encode_key([row.get(c) for c in key])
 
 
 def _canonical(row: dict[str, Any]) -> str:

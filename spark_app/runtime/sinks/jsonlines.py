@@ -33,11 +33,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_app.faults import AFTER_PUBLISH, crash_point
-from spark_app.runtime.sinks.base import Batch, Output, OutputContext, OutputDamaged
+from spark_app.runtime.sinks.base import Batch, Output, OutputContext, OutputDamaged, snapshot_key
 from spark_app.runtime.sinks.changelog import chunks, keyed_changes
-from spark_app.runtime.sinks.keyed_state import OutputState
+from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
 from spark_app.state.records import OutputHead, OutputSnapshot, StagedBatch
-from spark_app.storage import NotFound, Storage, join
+from spark_app.storage import NotFound, Storage
 
 log = logging.getLogger("spark_app")
 
@@ -54,6 +54,7 @@ class JsonLinesOutput(Output):
         folder, file = os.path.split(self.path)
         self._pending = os.path.join(folder, f".{file}.pending")
         self._state = OutputState(self.key) if self.key is not None else None
+        self._snapshotter = Snapshotter(name)
         self._head = OutputHead(position=0, rows=0)
         self._epoch = 0
         self._fence: Callable[[], None] = lambda: None
@@ -88,7 +89,7 @@ class JsonLinesOutput(Output):
         snap = self._head.snapshot
         if snap is not None:
             try:
-                self._state.restore(snapshots.read(snap.key))
+                self._state.restore_from(snapshots, snap.key)
                 start = snap.position
             except NotFound:
                 log.warning("output %s: snapshot %s is missing; replaying the whole changelog", self.name, snap.key)
@@ -212,12 +213,16 @@ class JsonLinesOutput(Output):
         if self._state is not None:
             self._state.rollback()
 
-    def snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> OutputHead | None:
-        if self._state is None:
+    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
+        if self._state is not None:
+            snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
+            self._snapshotter.start(self._state, snapshots, snapshot)
+
+    def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
+        stored = self._snapshotter.finished()
+        if stored is None:
             return None
-        key = join("outputs", self.name, "snapshots", f"{batch_id:012d}.sqlite")
-        snapshots.write(key, self._state.snapshot())
-        self._head = OutputHead(head.position, head.rows, OutputSnapshot(batch_id, head.position, key), head.staged)
+        self._head = OutputHead(head.position, head.rows, stored, head.staged)
         return self._head
 
     def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:

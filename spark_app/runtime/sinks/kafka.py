@@ -39,9 +39,9 @@ from typing import Any
 from spark_app.contract import KafkaConnection
 from spark_app.faults import AFTER_KAFKA_COMMIT, IN_KAFKA_TRANSACTION, crash_point
 from spark_app.runtime.kafka_clients import CLIENT_TIMEOUT_S, client_config
-from spark_app.runtime.sinks.base import Batch, Output, OutputContext
+from spark_app.runtime.sinks.base import Batch, Output, OutputContext, snapshot_key
 from spark_app.runtime.sinks.changelog import chunks, keyed_changes
-from spark_app.runtime.sinks.keyed_state import OutputState
+from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
 from spark_app.state.records import OutputHead, OutputSnapshot
 from spark_app.state.session import Fenced
 from spark_app.storage import NotFound, Storage, join
@@ -65,6 +65,8 @@ class KafkaOutput(Output):
         self._message_key = tuple(key or message_key or ())
         self._connection = connection
         self._state = OutputState(self.key) if self.key is not None else None
+        self._snapshotter = Snapshotter(name)
+        self._epoch = 0
         self._head = OutputHead(position=-1, rows=0)
         self._producer: Any = None
         self._marker_consumer: Any = None
@@ -82,6 +84,7 @@ class KafkaOutput(Output):
 
         self._head = head or OutputHead(position=-1, rows=0)
         self._snapshots = context.snapshots
+        self._epoch = context.epoch
         self.transactional_id = f"spark_app-{context.state_id}-{self.name}"
         self._producer = Producer({
             **client_config(self._connection),
@@ -143,7 +146,7 @@ class KafkaOutput(Output):
         since = -1
         if snap is not None:
             try:
-                self._state.restore(snapshots.read(snap.key))
+                self._state.restore_from(snapshots, snap.key)
                 since = snap.batch
             except NotFound:
                 log.warning("output %s: snapshot %s is missing; replaying every stored change", self.name, snap.key)
@@ -261,12 +264,16 @@ class KafkaOutput(Output):
 
     # ---- snapshots of the keyed state ----------------------------------------------------
 
-    def snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> OutputHead | None:
-        if self._state is None:
+    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
+        if self._state is not None:
+            snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
+            self._snapshotter.start(self._state, snapshots, snapshot)
+
+    def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
+        stored = self._snapshotter.finished()
+        if stored is None:
             return None
-        key = join("outputs", self.name, "snapshots", f"{batch_id:012d}.sqlite")
-        snapshots.write(key, self._state.snapshot())
-        self._head = OutputHead(head.position, head.rows, OutputSnapshot(batch_id, head.position, key))
+        self._head = OutputHead(head.position, head.rows, stored)
         return self._head
 
     def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
