@@ -208,6 +208,21 @@ class BatchHandler:
         finally:
             self._batch_lock.release()
 
+    def snapshot_before_stop(self, timeout_s: float) -> None:
+        """On a clean stop, once the query has stopped: stores and commits a snapshot of
+        what was committed since the last one, so that the next driver (a planned restart:
+        an upgrade, a changed spec) replays no changelog. Up to ``timeout_s``; a snapshot
+        not stored by then is left (the changelog still covers it)."""
+        with self._batch_lock:
+            head = self._driver.session.heads.get(self._name)
+            if head is None:
+                return
+            self._last_snapshot = float("-inf")
+            self._maybe_snapshot(head)
+            for output in self._spec.sink.outputs():
+                output.wait_for_snapshot(timeout_s)
+            self._maybe_snapshot(self._driver.session.heads[self._name])
+
     def _maybe_snapshot(self, head: QueryHead) -> None:
         """Commits the snapshots stored since the last call (in the background, see
         sinks.keyed_state.Snapshotter) with ``head``, the newest commit, then, once an

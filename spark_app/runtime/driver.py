@@ -98,6 +98,11 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
 ]
 
 
+SNAPSHOT_AT_STOP_S = 10.0
+"""How long a clean stop waits for its keyed outputs' last snapshot (within the pod's
+default grace of 30 s: up to 20 s for the batch in flight, then this)."""
+
+
 @dataclass(frozen=True)
 class RunOptions:
     trigger_interval_ms: int = 1000
@@ -370,6 +375,11 @@ class Driver:
         self._stop_queries(self._options.stop_timeout_s)
         if self._fatal is not None:
             raise self._fatal
+        for name, handler in self._handlers.items():
+            try:
+                handler.snapshot_before_stop(SNAPSHOT_AT_STOP_S)
+            except StorageUnavailable as error:  # the changelog covers it; the stop goes on
+                log.warning("query %s: no snapshot before stopping: %s", name, error)
         assert self._session is not None
         self._session.close(self._stop_reason)
         self._close_outputs()

@@ -101,6 +101,9 @@ class Output(ABC):
     def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
         """The head naming the new snapshot is committed: what ``previous`` held can go."""
 
+    def wait_for_snapshot(self, timeout_s: float) -> None:
+        """Lets a snapshot under way be stored, for at most ``timeout_s``."""
+
     def table_report(self) -> contract.TableReport | None:
         """A shared table's state, for the driver's report (None: not a shared table)."""
         return None

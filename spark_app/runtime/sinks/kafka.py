@@ -269,6 +269,9 @@ class KafkaOutput(Output):
             snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
             self._snapshotter.start(self._state, snapshots, snapshot)
 
+    def wait_for_snapshot(self, timeout_s: float) -> None:
+        self._snapshotter.wait(timeout_s)
+
     def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
         stored = self._snapshotter.finished()
         if stored is None:
