@@ -22,7 +22,8 @@ _REPLAY = "rocksdbReplayChangeLogLatencyMs"
 _REPLAYED_FILES = "rocksdbNumReplayChangelogFiles"
 _COPIED = "rocksdbBytesCopied"
 
-_PREFIX = "start-up of query "
+LINE_PREFIX = "start-up of query "
+"""How every start-up line begins."""
 
 
 def process_started() -> float:
@@ -32,10 +33,12 @@ def process_started() -> float:
             # The command name (field 2) may hold spaces; the fields after its ')' do not.
             fields = handle.read().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # field 22, starttime: clock ticks after boot
-        with open("/proc/stat") as handle:
-            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        with open("/proc/uptime") as handle:
+            up = float(handle.read().split()[0])
+        # The age from two readings of the same clock (since boot, to a hundredth of a
+        # second); /proc/stat's boot time is in whole seconds.
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return time.time()
 
 
@@ -71,7 +74,7 @@ class QueryStartup:
             store = (f" (state store: load {self.store_load_s:.2f} s, changelog replay {self.store_replay_s or 0:.2f} s "
                      f"over {self.store_replayed_files or 0} files, {self.store_copied_bytes or 0} bytes copied; "
                      "summed over its partitions)")
-        return (f"{_PREFIX}{self.query}: first batch done {self.total_s:.2f} s after the process started: "
+        return (f"{LINE_PREFIX}{self.query}: first batch done {self.total_s:.2f} s after the process started: "
                 f"JVM, session and declarations {self.declared_s:.2f} s; state opened {self.state_s:.2f} s; "
                 f"outputs recovered {self.recovered_s:.2f} s; query started {self.starting_s:.2f} s; "
                 f"first batch {self.batch_s:.2f} s{store}")
@@ -106,7 +109,7 @@ def from_progress(query: str, process_start: float, declared: float, state: floa
 
 _NUMBER = r"([\d.]+)"
 _LINE = re.compile(
-    re.escape(_PREFIX) + rf"(\S+): first batch done {_NUMBER} s after the process started: "
+    re.escape(LINE_PREFIX) + rf"(\S+): first batch done {_NUMBER} s after the process started: "
     rf"JVM, session and declarations {_NUMBER} s; state opened {_NUMBER} s; outputs recovered {_NUMBER} s; "
     rf"query started {_NUMBER} s; first batch {_NUMBER} s"
     rf"(?: \(state store: load {_NUMBER} s, changelog replay {_NUMBER} s over (\d+) files, (\d+) bytes copied)?"
