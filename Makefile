@@ -274,3 +274,11 @@ bench-shared: setup ## Three consumers of one per-customer aggregate: three reco
 .PHONY: bench-iterate-storage
 bench-iterate-storage: setup ## What an iterate stores over 200 small batches (bounded by its state, not its history).
 	$(PY) bench/iterate/storage.py $(BENCH_ARGS)
+
+.PHONY: bench-resume
+bench-resume: setup ## Resume at 1M/4M/16M keys of state (and a deduplication) on a volume and S3 vs the floor and a recompute; 10 vs 1,000 batches of history; snapshot intervals 1/10/60 s.
+	$(PY) bench/resume/run.py $(BENCH_ARGS)
+
+.PHONY: bench-recovery
+bench-recovery: setup ## Recovery as a user feels it under the operator: driver SIGKILL to the next output line at 1M keys, split into detection, relaunch, driver start-up.
+	$(PY) bench/resume/recovery.py $(BENCH_ARGS)

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -90,9 +91,10 @@ class Run:
 
 
 def run_process(args: list[str], log_path: Path, env: dict[str, str] | None = None, until: Any = None,
-                timeout: float = 1800) -> Run:
+                timeout: float = 1800, stop_signal: int = signal.SIGTERM, linger: Any = None) -> Run:
     """Runs ``args``; stops when it exits or, with ``until``, as soon as ``until()`` is true
-    (then the process is terminated and the time is taken at that moment)."""
+    (the time is taken at that moment; then the process gets ``stop_signal``, once
+    ``linger()`` is true too, if given, or 30 s have passed)."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "SPARK_APP_SPARK_CONF": json.dumps(SPARK_CONF),
                 "SPARK_APP_TERMINATION_LOG": str(log_path) + ".end", **(env or {})}
     began = time.monotonic()
@@ -103,7 +105,10 @@ def run_process(args: list[str], log_path: Path, env: dict[str, str] | None = No
     while process.poll() is None:
         if until is not None and until():
             seconds = time.monotonic() - began
-            process.terminate()
+            lingered = time.monotonic()
+            while linger is not None and not linger() and process.poll() is None and time.monotonic() - lingered < 30:
+                time.sleep(0.1)
+            process.send_signal(stop_signal)
             break
         if time.monotonic() - began > timeout:
             process.kill()
