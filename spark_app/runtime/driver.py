@@ -29,6 +29,7 @@ from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime import startup
 from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints, offsets_by_source
+from spark_app.runtime.jvm import state_stores
 from spark_app.runtime.jvm.session import spark_conf
 from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
@@ -380,6 +381,10 @@ class Driver:
                 handler.snapshot_before_stop(SNAPSHOT_AT_STOP_S)
             except StorageUnavailable as error:  # the changelog covers it; the stop goes on
                 log.warning("query %s: no snapshot before stopping: %s", name, error)
+        began = time.monotonic()
+        stores = state_stores.store_snapshots(self._pipeline.spark())
+        if stores:
+            log.info("stored the snapshots of %d state stores in %.1fs", stores, time.monotonic() - began)
         assert self._session is not None
         self._session.close(self._stop_reason)
         self._close_outputs()

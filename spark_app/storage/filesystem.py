@@ -63,7 +63,7 @@ class FilesystemStorage:
             temp = self._write_temp(target, data)
             crash_point(IN_STORAGE_WRITE)
             os.replace(temp, target)
-            _fsync_dir(target.parent)
+            _fsync(target.parent)
         except OSError as error:
             raise _translate(error, target) from error
 
@@ -75,14 +75,14 @@ class FilesystemStorage:
             os.close(fd)
             try:
                 shutil.copyfile(path, temp)  # the kernel copies (copy_file_range, sendfile)
-                _fsync_file(temp)
+                _fsync(temp)
                 crash_point(IN_STORAGE_WRITE)
                 os.replace(temp, target)
             except BaseException:
                 if os.path.exists(temp):
                     os.unlink(temp)
                 raise
-            _fsync_dir(target.parent)
+            _fsync(target.parent)
         except OSError as error:
             raise _translate(error, target) from error
 
@@ -107,7 +107,7 @@ class FilesystemStorage:
                 return False
             finally:
                 os.unlink(temp)
-            _fsync_dir(target.parent)
+            _fsync(target.parent)
             return True
         except OSError as error:
             raise _translate(error, target) from error
@@ -193,16 +193,9 @@ class FilesystemStorage:
         return temp
 
 
-def _fsync_file(path: str) -> None:
+def _fsync(path: str | Path) -> None:
+    """Makes a file's bytes, or a folder's entries, durable."""
     fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame
 
 from spark_app import contract
-from spark_app.state.records import OutputHead, QueryHead
+from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
+from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead
 from spark_app.storage import Storage, join
 
 RESERVED_COLUMNS = ("time", "diff")
@@ -110,6 +111,39 @@ class Output(ABC):
 
     def close(self) -> None:
         pass
+
+
+class KeyedOutput(Output):
+    """An output that, given a key, keeps the row it last emitted for each key
+    (sinks.keyed_state.OutputState) and stores snapshots of that state in the background."""
+
+    def __init__(self, name: str, path: str, key: Sequence[str] | None) -> None:
+        super().__init__(name, path, key)
+        self._state = OutputState(self.key) if self.key is not None else None
+        self._snapshotter = Snapshotter(name)
+        self._epoch = 0
+        """The epoch of the driver this output runs in (set by ``recover``)."""
+        self._head = OutputHead(position=0, rows=0)
+
+    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
+        if self._state is not None:
+            snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
+            self._snapshotter.start(self._state, snapshots, snapshot)
+
+    def wait_for_snapshot(self, timeout_s: float) -> None:
+        self._snapshotter.wait(timeout_s)
+
+    def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
+        stored = self._snapshotter.finished()
+        if stored is None:
+            return None
+        self._head = replace(head, snapshot=stored)
+        return self._head
+
+    def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
+        old = previous.snapshot
+        if old is not None and (self._head.snapshot is None or old.key != self._head.snapshot.key):
+            snapshots.delete(old.key)
 
 
 class Sink(ABC):

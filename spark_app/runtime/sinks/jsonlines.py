@@ -33,15 +33,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_app.faults import AFTER_PUBLISH, crash_point
-from spark_app.runtime.sinks.base import Batch, Output, OutputContext, OutputDamaged, snapshot_key
+from spark_app.runtime.sinks.base import Batch, KeyedOutput, OutputContext, OutputDamaged
 from spark_app.runtime.sinks.changelog import chunks, keyed_changes
-from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
-from spark_app.state.records import OutputHead, OutputSnapshot, StagedBatch
+from spark_app.state.records import OutputHead, StagedBatch
 from spark_app.storage import NotFound, Storage
 
 log = logging.getLogger("spark_app")
 
-class JsonLinesOutput(Output):
+class JsonLinesOutput(KeyedOutput):
     """A changelog of the query's result in one JSON-lines file: each row's columns plus
     ``time`` and ``diff``. In update mode an updated key gives a -1 line for the row last
     emitted and a +1 line for the new one; a row that did not change gives nothing."""
@@ -53,10 +52,6 @@ class JsonLinesOutput(Output):
         they are, consolidated per batch."""
         folder, file = os.path.split(self.path)
         self._pending = os.path.join(folder, f".{file}.pending")
-        self._state = OutputState(self.key) if self.key is not None else None
-        self._snapshotter = Snapshotter(name)
-        self._head = OutputHead(position=0, rows=0)
-        self._epoch = 0
         self._fence: Callable[[], None] = lambda: None
 
     def recover(self, head: OutputHead | None, context: OutputContext) -> None:
@@ -212,26 +207,6 @@ class JsonLinesOutput(Output):
     def aborted(self) -> None:
         if self._state is not None:
             self._state.rollback()
-
-    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
-        if self._state is not None:
-            snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
-            self._snapshotter.start(self._state, snapshots, snapshot)
-
-    def wait_for_snapshot(self, timeout_s: float) -> None:
-        self._snapshotter.wait(timeout_s)
-
-    def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
-        stored = self._snapshotter.finished()
-        if stored is None:
-            return None
-        self._head = OutputHead(head.position, head.rows, stored, head.staged)
-        return self._head
-
-    def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
-        old = previous.snapshot
-        if old is not None and (self._head.snapshot is None or old.key != self._head.snapshot.key):
-            snapshots.delete(old.key)
 
     def close(self) -> None:
         if self._state is not None:

@@ -39,10 +39,10 @@ from typing import Any
 from spark_app.contract import KafkaConnection
 from spark_app.faults import AFTER_KAFKA_COMMIT, IN_KAFKA_TRANSACTION, crash_point
 from spark_app.runtime.kafka_clients import CLIENT_TIMEOUT_S, client_config
-from spark_app.runtime.sinks.base import Batch, Output, OutputContext, snapshot_key
+from spark_app.runtime.sinks.base import Batch, KeyedOutput, OutputContext
 from spark_app.runtime.sinks.changelog import chunks, keyed_changes
-from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
-from spark_app.state.records import OutputHead, OutputSnapshot
+from spark_app.runtime.sinks.keyed_state import OutputState
+from spark_app.state.records import OutputHead
 from spark_app.state.session import Fenced
 from spark_app.storage import NotFound, Storage, join
 
@@ -55,7 +55,7 @@ the topic) until its successor's ``init_transactions`` aborts it, or this long."
 MARKER_PARTITION = 0
 
 
-class KafkaOutput(Output):
+class KafkaOutput(KeyedOutput):
     """The query's changelog as messages of ``topic`` (see the module's docstring)."""
 
     def __init__(self, name: str, topic: str, key: Sequence[str] | None, message_key: Sequence[str] | None,
@@ -64,9 +64,6 @@ class KafkaOutput(Output):
         self.topic = topic
         self._message_key = tuple(key or message_key or ())
         self._connection = connection
-        self._state = OutputState(self.key) if self.key is not None else None
-        self._snapshotter = Snapshotter(name)
-        self._epoch = 0
         self._head = OutputHead(position=-1, rows=0)
         self._producer: Any = None
         self._marker_consumer: Any = None
@@ -264,25 +261,8 @@ class KafkaOutput(Output):
 
     # ---- snapshots of the keyed state ----------------------------------------------------
 
-    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
-        if self._state is not None:
-            snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
-            self._snapshotter.start(self._state, snapshots, snapshot)
-
-    def wait_for_snapshot(self, timeout_s: float) -> None:
-        self._snapshotter.wait(timeout_s)
-
-    def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
-        stored = self._snapshotter.finished()
-        if stored is None:
-            return None
-        self._head = OutputHead(head.position, head.rows, stored)
-        return self._head
-
     def snapshot_committed(self, previous: OutputHead, snapshots: Storage) -> None:
-        old = previous.snapshot
-        if old is not None and (self._head.snapshot is None or old.key != self._head.snapshot.key):
-            snapshots.delete(old.key)
+        super().snapshot_committed(previous, snapshots)
         covered = self._head.snapshot.batch if self._head.snapshot else -1
         for batch_id, key in self._change_files(snapshots):
             if batch_id <= covered:

@@ -111,8 +111,9 @@ def test_the_snapshot_stays_within_one_interval_and_the_changelog_covers_the_res
 
     # Either way the restart is exact: the changelog replays what the snapshot lacks. The
     # killed driver's lease is still live, so the restart carries a higher epoch, as the
-    # operator's relaunches do. A clean stop stores a snapshot of its last batch, however
-    # long the interval: the next start (an upgrade, a changed spec) replays nothing.
+    # operator's relaunches do. A clean stop stores a snapshot of its last batch, of the
+    # output's state and of Spark's, however long the interval: the next start (an
+    # upgrade, a changed spec) replays nothing.
     for workspace, interval_ms in ((short, 1000), (long, 3_600_000)):
         final = workspace.driver("--stop-when-idle", "--snapshot-interval-ms", str(interval_ms),
                                  env={"SPARK_APP_EPOCH": "2"}).start()
@@ -121,3 +122,6 @@ def test_the_snapshot_stays_within_one_interval_and_the_changelog_covers_the_res
         assert fold(read_changelog(workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(files))
         head = newest_head(Path(workspace.state))
         assert head["outputs"][QUERY]["snapshot"]["batch"] == head["batch"], head
+        # Spark's state store too: every partition's newest version has its snapshot.
+        newest_version, snapshot_version = state_versions(Path(workspace.state))
+        assert snapshot_version == newest_version, (snapshot_version, newest_version)
