@@ -101,6 +101,12 @@ def s3a_conf(backend: Backend) -> dict[str, str]:
     }
     if backend.endpoint_url:
         conf["spark.hadoop.fs.s3a.endpoint"] = backend.endpoint_url
+        # An S3-compatible server: local files (a RocksDB state store's snapshot files) go
+        # up through S3A's output stream, as every other write, not the SDK's asynchronous
+        # transfer, which the local S3 server (moto's) answers with an error (S3Exception,
+        # status 100): every snapshot upload failed, silently (Spark ignores a maintenance
+        # error), and each start replayed the state's changelog from its first version.
+        conf["spark.hadoop.fs.s3a.optimized.copy.from.local.enabled"] = "false"
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(backend.endpoint_url.startswith("https")).lower()
     if backend.region:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = backend.region

@@ -37,6 +37,10 @@ def store_snapshots(spark: Any) -> int:
         method = module_class.getDeclaredMethod("loadedProviders", gateway.new_array(jvm.java.lang.Class, 0))
         method.setAccessible(True)
         loaded = method.invoke(module, gateway.new_array(jvm.java.lang.Object, 0))
+        # Spark's maintenance thread could be uploading from a store being unloaded here
+        # (seen: NoSuchFileException on a removed checkpoint folder): it is stopped first,
+        # waiting for what it has under way.
+        module.stopMaintenanceTask()
         ids = []
         keys = loaded.keysIterator()
         while keys.hasNext():

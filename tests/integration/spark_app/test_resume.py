@@ -8,7 +8,15 @@ import sys
 
 import pytest
 
-from tests.integration.spark_app.harness import REPO, Workspace, fold, multiset, read_changelog, write_csv
+from tests.integration.spark_app.harness import (
+    REPO,
+    Workspace,
+    fold,
+    multiset,
+    open_backend_workspace,
+    read_changelog,
+    write_csv,
+)
 from tests.integration.spark_app.words import expected_counts, expected_even, rows
 
 pytestmark = pytest.mark.spark
@@ -49,3 +57,32 @@ def test_restart_reads_only_new_files_and_sets_malformed_rows_aside(workspace: W
     assert counts["offsets"]["words"]["files"] == 5
     assert counts["sources"]["words"]["malformed"] == 1
     assert report["lease"]["released"] is True  # type: ignore[index]
+
+
+def test_a_clean_stop_on_s3_leaves_every_state_partition_a_snapshot_of_its_newest_version(
+        request: pytest.FixtureRequest, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Spark's state store snapshots reach S3 (the local server, moto's), so a restart loads
+    them instead of replaying every changelog file: uploads of local files once failed
+    there, silently (Spark ignores a failed maintenance), and a clean stop stores the last."""
+    from spark_app.storage import S3Location
+
+    workspace = open_backend_workspace(request, tmp_path, "s3")
+    for f in range(2):
+        write_csv(workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    driver = workspace.driver("--stop-when-idle", "--snapshot-interval-ms", "3600000").start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+    assert "Ignoring error while performing maintenance" not in driver.output()
+
+    location = S3Location.parse(workspace.state, endpoint_url=workspace.endpoint_url)
+    client = request.getfixturevalue("s3_server").client()
+    prefix = f"{location.prefix}/checkpoints/counts_jsonlines/state/0/"
+    files: dict[str, dict[str, list[int]]] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            partition, _, name = item["Key"][len(prefix):].partition("/")
+            version, _, kind = name.partition(".")
+            if version.isdigit() and kind in ("changelog", "zip"):
+                files.setdefault(partition, {"changelog": [], "zip": []})[kind].append(int(version))
+    assert len(files) == 4, files
+    for partition, versions in files.items():
+        assert max(versions["zip"], default=0) == max(versions["changelog"]), (partition, versions)

@@ -39,3 +39,10 @@ def test_the_fair_scheduler_names_the_backfill_pool_in_a_file_the_package_carrie
     assert pools.is_file() and pools.parent == REPO / "spark_app" / "runtime" / "jvm"
     names = {pool.get("name") for pool in ET.parse(pools).getroot().iter("pool")}
     assert names == {"default", READ_ASIDE_POOL}
+
+
+def test_an_s3_compatible_server_gets_local_files_through_s3as_output_stream_and_aws_keeps_its_transfer() -> None:
+    on_server = spark_conf(Backend.s3("s3://bucket/state", endpoint_url="http://127.0.0.1:9000"), 1000, {})
+    on_aws = spark_conf(Backend.s3("s3://bucket/state", region="eu-west-1"), 1000, {})
+    assert on_server["spark.hadoop.fs.s3a.optimized.copy.from.local.enabled"] == "false"
+    assert "spark.hadoop.fs.s3a.optimized.copy.from.local.enabled" not in on_aws
