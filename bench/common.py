@@ -52,6 +52,15 @@ def baseline_session(app_name: str) -> Any:
     return spark
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM ends a benchmark as Ctrl-C does, so that its finally blocks stop the servers
+    and drivers it started."""
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def progress(message: str) -> None:
     print(f">>> [{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -102,19 +111,24 @@ def run_process(args: list[str], log_path: Path, env: dict[str, str] | None = No
         process = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                    start_new_session=True)
     seconds = None
-    while process.poll() is None:
-        if until is not None and until():
-            seconds = time.monotonic() - began
-            lingered = time.monotonic()
-            while linger is not None and not linger() and process.poll() is None and time.monotonic() - lingered < 30:
-                time.sleep(0.1)
-            process.send_signal(stop_signal)
-            break
-        if time.monotonic() - began > timeout:
+    try:
+        while process.poll() is None:
+            if until is not None and until():
+                seconds = time.monotonic() - began
+                lingered = time.monotonic()
+                while (linger is not None and not linger() and process.poll() is None
+                       and time.monotonic() - lingered < 30):
+                    time.sleep(0.1)
+                process.send_signal(stop_signal)
+                break
+            if time.monotonic() - began > timeout:
+                raise TimeoutError(f"{args} ran over {timeout}s; see {log_path}")
+            time.sleep(0.05)
+        process.wait()
+    finally:
+        if process.poll() is None:  # the benchmark is failing or being stopped: no driver outlives it
             process.kill()
-            raise TimeoutError(f"{args} ran over {timeout}s; see {log_path}")
-        time.sleep(0.05)
-    process.wait()
+            process.wait()
     if seconds is None:
         seconds = time.monotonic() - began
     return Run(round(seconds, 2), process.returncode, log_path.read_text(errors="replace"))

@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, SPARK_CONF, progress, run_process, spark_app, write_results  # noqa: E402
+from bench.common import REPO, SPARK_CONF, progress, run_process, spark_app, stop_on_sigterm, write_results  # noqa: E402
 from spark_app.runtime.startup import LINE_PREFIX, parse  # noqa: E402
 
 PIPELINE = str(REPO / "bench/resume/pipeline.py")
@@ -407,6 +407,16 @@ def table(results: dict[str, Any]) -> str:
         rows.append(f"| history: {case['keys']:,} keys in {case['batches']} batches, {case['backend']} "
                     f"| {case['state_bytes'] / 2**20:,.0f} MiB | | {case['resume_median_seconds']:.1f} s | "
                     f"{case['resume_median_seconds'] / floor_s:.2f} | | |")
+    if results["intervals"]:
+        rows += ["", "| snapshot interval | latency of a 1,000-row file, p50 / p99 | backlog rows/s | after kill -9: "
+                     "resume, output lines replayed, state store changelog files replayed |",
+                 "| --- | --- | --- | --- |"]
+        for case in results["intervals"]:
+            shown = case["resume"].get("startup") or {}
+            restored = case["resume"].get("output_state") or {}
+            rows.append(f"| {case['snapshot_interval_s']:g} s | {case['latency_p50_s']:.2f} s / {case['latency_p99_s']:.2f} s "
+                        f"| {case['backlog_rows_per_s']:,} | {case['resume']['seconds']:.1f} s, "
+                        f"{restored.get('lines_replayed', 0):,} lines, {shown.get('store_replayed_files') or 0} files |")
     return "\n".join(rows)
 
 
@@ -423,6 +433,7 @@ def main() -> None:
     parser.add_argument("--steady-seconds", type=float, default=90.0)
     parser.add_argument("--work", help="a folder to work in (default: a new temporary one, removed at the end)")
     args = parser.parse_args()
+    stop_on_sigterm()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-resume-"))
     work.mkdir(parents=True, exist_ok=True)
     progress(f"working in {work}")

@@ -19,6 +19,7 @@ goes on and the next start replays the changelog, as before. Executors in other 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 log = logging.getLogger("spark_app")
@@ -26,7 +27,7 @@ log = logging.getLogger("spark_app")
 _STATE_STORE = "org.apache.spark.sql.execution.streaming.state.StateStore$"
 
 
-def store_snapshots(spark: Any) -> int:
+def store_snapshots(spark: Any, settle_s: float = 10.0) -> int:
     """Uploads the pending snapshot of every state store loaded in this JVM and unloads
     it; returns how many stores there were. Call it only once the queries have stopped."""
     try:
@@ -34,15 +35,23 @@ def store_snapshots(spark: Any) -> int:
         jvm = spark.sparkContext._jvm
         module_class = jvm.java.lang.Class.forName(_STATE_STORE)
         module = module_class.getField("MODULE$").get(None)
-        method = module_class.getDeclaredMethod("loadedProviders", gateway.new_array(jvm.java.lang.Class, 0))
-        method.setAccessible(True)
-        loaded = method.invoke(module, gateway.new_array(jvm.java.lang.Object, 0))
+
+        def private(name: str) -> Any:
+            method = module_class.getDeclaredMethod(name, gateway.new_array(jvm.java.lang.Class, 0))
+            method.setAccessible(True)
+            return method.invoke(module, gateway.new_array(jvm.java.lang.Object, 0))
+
         # Spark's maintenance thread could be uploading from a store being unloaded here
-        # (seen: NoSuchFileException on a removed checkpoint folder): it is stopped first,
-        # waiting for what it has under way.
-        module.stopMaintenanceTask()
+        # (seen: NoSuchFileException on a removed checkpoint folder): it is paused, and what
+        # it has under way finishes first. (Stopping it instead waited out its 300 s
+        # shutdown timeout: its pool did not end.)
+        module.setMaintenancePaused(True)
+        under_way = private("maintenancePartitions")
+        deadline = time.monotonic() + settle_s
+        while not under_way.isEmpty() and time.monotonic() < deadline:
+            time.sleep(0.05)
         ids = []
-        keys = loaded.keysIterator()
+        keys = private("loadedProviders").keysIterator()
         while keys.hasNext():
             ids.append(keys.next())
     except Exception as error:  # noqa: BLE001 - the next start replays the changelog instead
