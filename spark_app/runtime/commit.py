@@ -214,14 +214,13 @@ class BatchHandler:
         an upgrade, a changed spec) replays no changelog. Up to ``timeout_s``; a snapshot
         not stored by then is left (the changelog still covers it)."""
         with self._batch_lock:
-            head = self._driver.session.heads.get(self._name)
-            if head is None:
+            if self._name not in self._driver.session.heads:
                 return
-            self._last_snapshot = float("-inf")
-            self._maybe_snapshot(head)
-            for output in self._spec.sink.outputs():
-                output.wait_for_snapshot(timeout_s)
-            self._maybe_snapshot(self._driver.session.heads[self._name])
+            for _ in range(2):  # one under way (of an older batch), then one of the last
+                for output in self._spec.sink.outputs():
+                    output.wait_for_snapshot(timeout_s)
+                self._last_snapshot = float("-inf")
+                self._maybe_snapshot(self._driver.session.heads[self._name])
 
     def _maybe_snapshot(self, head: QueryHead) -> None:
         """Commits the snapshots stored since the last call (in the background, see
@@ -245,11 +244,11 @@ class BatchHandler:
         due = time.monotonic() - self._last_snapshot >= self._driver.snapshot_interval_s
         if not due or head.batch <= self._snapshot_of:
             return
-        self._last_snapshot = time.monotonic()
-        self._snapshot_of = head.batch
-        for output in self._spec.sink.outputs():
-            if output.name in head.outputs:
-                output.start_snapshot(head.outputs[output.name], head.batch, self._snapshots)
+        started = [output.start_snapshot(head.outputs[output.name], head.batch, self._snapshots)
+                   for output in self._spec.sink.outputs() if output.name in head.outputs]
+        if all(started):  # else one is still storing an older snapshot: this batch is tried again
+            self._last_snapshot = time.monotonic()
+            self._snapshot_of = head.batch
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
         """The batch's time and its sources' end offsets, from Spark's offset log: one line

@@ -90,9 +90,11 @@ class Output(ABC):
     def aborted(self) -> None:
         """The batch will not be committed by this driver."""
 
-    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
+    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> bool:
         """Begins storing a snapshot of the output's state as of ``head`` (just committed),
-        if it has state and none is under way; it is stored in the background."""
+        in the background; returns False only if one is still under way (it has no state:
+        True, nothing to store)."""
+        return True
 
     def finished_snapshot(self, head: OutputHead) -> OutputHead | None:
         """``head`` naming the snapshot stored since the last call, if one is: the caller
@@ -125,10 +127,11 @@ class KeyedOutput(Output):
         """The epoch of the driver this output runs in (set by ``recover``)."""
         self._head = OutputHead(position=0, rows=0)
 
-    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> None:
-        if self._state is not None:
-            snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
-            self._snapshotter.start(self._state, snapshots, snapshot)
+    def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> bool:
+        if self._state is None:
+            return True
+        snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
+        return self._snapshotter.start(self._state, snapshots, snapshot)
 
     def wait_for_snapshot(self, timeout_s: float) -> None:
         self._snapshotter.wait(timeout_s)
