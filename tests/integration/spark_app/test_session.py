@@ -81,3 +81,49 @@ def test_the_session_reads_a_kafka_topic_with_the_connector_on_its_class_path(
     assert query.exception() is None
     rows = spark.sql("SELECT key, value, partition FROM kafka_read ORDER BY partition").collect()
     assert [tuple(row) for row in rows] == [("a", "1", 0), ("b", "2", 1)]
+
+
+def test_local_files_are_written_through_the_file_system_that_sets_permissions_in_process(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Hadoop without its native library set each local file's permissions with a chmod
+    process: a state store's first load over 1,000 batches of history started 8,000 of them
+    (25 s). The session's file: is ours, for FileSystem and FileContext alike, and sets the
+    permissions it is asked for."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    uri = jvm.java.net.URI("file:///")
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(uri, conf)
+    assert fs.getClass().getName() == "dev.sparkapp.fs.NioLocalFileSystem"
+    assert fs.getRawFileSystem().getClass().getName() == "dev.sparkapp.fs.NioRawLocalFileSystem"
+    context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(uri, conf)
+    assert context.getDefaultFileSystem().getClass().getName() == "dev.sparkapp.fs.NioLocalFs"
+
+    path = jvm.org.apache.hadoop.fs.Path(str(tmp_path / "file"))
+    permission = jvm.org.apache.hadoop.fs.permission.FsPermission
+    stream = fs.create(path, permission.createImmutable(0o640), True, 4096, 1, 1 << 20, None)
+    stream.write(bytearray(b"state"))
+    stream.close()
+    assert (tmp_path / "file").stat().st_mode & 0o777 == 0o640
+    fs.setPermission(path, permission.createImmutable(0o600))
+    assert (tmp_path / "file").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / ".file.crc").is_file()
+
+
+def test_a_file_copied_to_a_local_folder_is_verified_and_written_without_a_checksum_file(
+        spark: SparkSession, tmp_path: Path) -> None:
+    jvm = spark.sparkContext._jvm
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"),
+                                                 spark.sparkContext._jsc.hadoopConfiguration())
+    source = jvm.org.apache.hadoop.fs.Path(str(tmp_path / "source.sst"))
+    stream = fs.create(source, True)
+    stream.write(bytearray(b"x" * 10_000))
+    stream.close()
+
+    fs.copyToLocalFile(source, jvm.org.apache.hadoop.fs.Path(str(tmp_path / "local" / "copy.sst")))
+    assert (tmp_path / "local" / "copy.sst").read_bytes() == b"x" * 10_000
+    assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["copy.sst"]
+
+    # The source is still read through its checksum: a damaged byte fails the copy.
+    (tmp_path / "source.sst").write_bytes(b"x" * 9_999 + b"y")
+    with pytest.raises(Exception, match="ChecksumException"):
+        fs.copyToLocalFile(source, jvm.org.apache.hadoop.fs.Path(str(tmp_path / "local" / "again.sst")))
