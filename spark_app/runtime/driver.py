@@ -557,6 +557,9 @@ class Driver:
     def snapshot_interval_s(self) -> float:
         return self._config.snapshot_interval_ms / 1000
 
+    def snapshot_state_at_next_commit(self) -> None:
+        state_stores.snapshot_at_next_commit(self._pipeline.spark())
+
 
 class LiveSettingsFile:
     """The settings the operator changes while the driver runs (contract.LIVE_SETTINGS_FILE),

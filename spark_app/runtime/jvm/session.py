@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from spark_app import contract
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm import class_archive
+from spark_app.runtime.jvm import class_archive, state_stores
 from spark_app.runtime.jvm.jars import jars_dir
 from spark_app.runtime.jvm.worker_python import worker_python
 
@@ -45,9 +45,10 @@ _DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    # A snapshot becomes due after every committed version; the maintenance interval
-    # (the snapshot interval) then decides how often one is actually uploaded.
-    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1",
+    # A store snapshots at least every 10 versions, and at its next commit once the snapshot
+    # interval has passed (state_stores.snapshot_at_next_commit); the maintenance interval
+    # (the snapshot interval too) uploads what it snapshotted.
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": str(state_stores.MIN_DELTAS_FOR_SNAPSHOT),
     "spark.sql.streaming.minBatchesToRetain": "100",
     "spark.ui.showConsoleProgress": "false",
     # Jobs in the default pool keep their one queue (first in, first out); a backfill reads
