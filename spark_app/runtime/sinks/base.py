@@ -10,6 +10,9 @@ A ``Sink`` is what a query's batches go to: one output, or an operator that feed
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +24,8 @@ from spark_app import contract
 from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
 from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead
 from spark_app.storage import Storage, join
+
+log = logging.getLogger("spark_app")
 
 RESERVED_COLUMNS = ("time", "diff")
 """Columns a changelog output adds to every row."""
@@ -126,10 +131,40 @@ class KeyedOutput(Output):
         self._epoch = 0
         """The epoch of the driver this output runs in (set by ``recover``)."""
         self._head = OutputHead(position=0, rows=0)
+        self._restoring: _Restore | None = None
+
+    def _restore_state(self, rebuild: Callable[[], None]) -> None:
+        """Runs ``rebuild`` (the state's snapshot download and changelog replay) beside the
+        query's start; the first use of the state waits for it. The state is needed only
+        once Spark has started the query and computed the first batch's rows: restoring 16M
+        keys (890 MB) from the local S3 server took 12.8 s of a 24 s resume, all before the
+        query started."""
+        self._join_restore()  # a query restarted in this driver: the previous one first
+        self._restoring = _Restore(self.name, rebuild)
+
+    def _state_ready(self) -> OutputState | None:
+        """The state, once restored; the restore's error, if it failed (again at every call:
+        a half-restored state is never used)."""
+        if self._restoring is not None:
+            waited = time.monotonic()
+            self._restoring.join()
+            if self._restoring.error is not None:
+                raise self._restoring.error
+            log.info("output %s: state restored %.2fs after the driver started it, waited %.2fs for it",
+                     self.name, self._restoring.seconds, time.monotonic() - waited)
+            self._restoring = None
+        return self._state
+
+    def _join_restore(self) -> None:
+        """Waits for a restore under way, whatever its outcome (before closing the state)."""
+        if self._restoring is not None:
+            self._restoring.join()
+            self._restoring = None
 
     def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> bool:
-        if self._state is None:
+        if self._state_ready() is None:
             return True
+        assert self._state is not None
         snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
         return self._snapshotter.start(self._state, snapshots, snapshot)
 
@@ -147,6 +182,25 @@ class KeyedOutput(Output):
         old = previous.snapshot
         if old is not None and (self._head.snapshot is None or old.key != self._head.snapshot.key):
             snapshots.delete(old.key)
+
+
+class _Restore(threading.Thread):
+    """A keyed output's state being restored, off the start's path."""
+
+    def __init__(self, name: str, rebuild: Callable[[], None]) -> None:
+        super().__init__(name=f"spark_app-restore-{name}", daemon=True)
+        self._rebuild = rebuild
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+        self.start()
+
+    def run(self) -> None:
+        began = time.monotonic()
+        try:
+            self._rebuild()
+        except BaseException as error:  # noqa: BLE001 - raised where the state is first used
+            self.error = error
+        self.seconds = time.monotonic() - began
 
 
 class Sink(ABC):

@@ -76,7 +76,8 @@ class JsonLinesOutput(KeyedOutput):
                 self._copy_staged(self._head)
             self._remove_staged(keep=None)
         if self._state is not None:
-            self._rebuild_state(context.snapshots)
+            snapshots = context.snapshots
+            self._restore_state(lambda: self._rebuild_state(snapshots))
 
     def _rebuild_state(self, snapshots: Storage) -> None:
         assert self._state is not None
@@ -121,8 +122,8 @@ class JsonLinesOutput(KeyedOutput):
                     yield from chunks(part, batch.time_ms, "changelog")
             finally:
                 rows.unpersist()
-        elif self._state is not None:
-            self._state.begin()
+        elif (state := self._state_ready()) is not None:
+            state.begin()
             for chunk, _ in chunks(batch.df, batch.time_ms, "keyed", self.key):
                 yield self._changes(chunk, batch.time_ms)
         else:
@@ -139,8 +140,8 @@ class JsonLinesOutput(KeyedOutput):
             self._copy_staged(head)
         crash_point(AFTER_PUBLISH, self._batch_of(head))
         self._head = head
-        if self._state is not None:
-            self._state.commit()
+        if (state := self._state_ready()) is not None:
+            state.commit()
         self._remove_staged(keep=None)
 
     @contextlib.contextmanager
@@ -205,10 +206,11 @@ class JsonLinesOutput(KeyedOutput):
                     pass
 
     def aborted(self) -> None:
-        if self._state is not None:
-            self._state.rollback()
+        if (state := self._state_ready()) is not None:
+            state.rollback()
 
     def close(self) -> None:
+        self._join_restore()
         if self._state is not None:
             self._state.close()
 

@@ -100,8 +100,13 @@ class KafkaOutput(KeyedOutput):
         log.info("output %s: transactional id %s; Kafka holds batches up to %d, the metadata log up to %d",
                  self.name, self.transactional_id, self._in_kafka, self._head.position)
         if self._state is not None:
-            self._rebuild_state(context.snapshots)
-            self._remove_changes(context.snapshots, after=self._head.position)
+            snapshots, after = context.snapshots, self._head.position
+
+            def rebuild() -> None:
+                self._rebuild_state(snapshots)
+                self._remove_changes(snapshots, after=after)
+
+            self._restore_state(rebuild)
 
     def _marker(self) -> int:
         """The marker's offset (0: no batch committed in Kafka yet), once any transaction in
@@ -186,10 +191,10 @@ class KafkaOutput(KeyedOutput):
 
     def _changes(self, batch: Batch) -> Iterator[tuple[bytes | None, str]]:
         """(message key, changelog line) of each change, in order."""
-        if self._state is not None:
-            self._state.begin()
+        if (state := self._state_ready()) is not None:
+            state.begin()
             for chunk, _ in chunks(batch.df, batch.time_ms, "keyed", self.key):
-                for key, value in keyed_changes(self._state, chunk, batch.time_ms):
+                for key, value in keyed_changes(state, chunk, batch.time_ms):
                     yield key.encode(), value
         elif self._message_key:
             for chunk, _ in chunks(batch.df, batch.time_ms, "append-keyed", self._message_key):
@@ -247,12 +252,12 @@ class KafkaOutput(KeyedOutput):
 
     def committed(self, head: OutputHead) -> None:
         self._head = head
-        if self._state is not None:
-            self._state.commit()
+        if (state := self._state_ready()) is not None:
+            state.commit()
 
     def aborted(self) -> None:
-        if self._state is not None:
-            self._state.rollback()
+        if (state := self._state_ready()) is not None:
+            state.rollback()
         if self._producer is not None:
             try:
                 self._producer.abort_transaction(CLIENT_TIMEOUT_S)
@@ -289,6 +294,7 @@ class KafkaOutput(KeyedOutput):
     def close(self) -> None:
         if self._marker_consumer is not None:
             self._marker_consumer.close()
+        self._join_restore()
         if self._state is not None:
             self._state.close()
 

@@ -3,6 +3,7 @@ not do, and what the next driver finishes."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from spark_app.runtime.sinks.base import OutputContext, OutputDamaged
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.state.records import OutputHead, StagedBatch
 from spark_app.state.session import Fenced
-from spark_app.storage import FilesystemStorage
+from spark_app.storage import FilesystemStorage, StorageUnavailable
 
 
 def context(tmp_path: Path, epoch: int = 2, fenced: bool = False) -> OutputContext:
@@ -51,3 +52,50 @@ def test_a_committed_batch_whose_stage_is_gone_is_damage_not_a_hole(tmp_path: Pa
     with pytest.raises(OutputDamaged, match="lacks bytes 7 to 14"):
         JsonLinesOutput("out", str(out), None).recover(head, context(tmp_path))
     assert out.read_bytes() == b"line-0\n"
+
+
+def test_a_keyed_outputs_state_is_restored_beside_the_start_and_its_first_use_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state (a snapshot download and a changelog replay) is needed only once the first
+    batch's rows are compared with it; the query starts meanwhile."""
+    out = tmp_path / "out.jsonlines"
+    out.write_bytes(b'{"a":1,"n":1,"time":1,"diff":1}\n')
+    release = threading.Event()
+    original = JsonLinesOutput._rebuild_state
+
+    def slow_rebuild(self: JsonLinesOutput, snapshots: FilesystemStorage) -> None:
+        release.wait(30)
+        original(self, snapshots)
+
+    monkeypatch.setattr(JsonLinesOutput, "_rebuild_state", slow_rebuild)
+    output = JsonLinesOutput("out", str(out), ["a"])
+    recovering = threading.Thread(target=output.recover,
+                                  args=(OutputHead(position=out.stat().st_size, rows=1), context(tmp_path)))
+    recovering.start()
+    recovering.join(5)
+    assert not recovering.is_alive(), "recover waited for the state's restore"
+
+    ready = threading.Thread(target=output._state_ready)
+    ready.start()
+    ready.join(0.5)
+    assert ready.is_alive(), "the state was used before it was restored"
+    release.set()
+    ready.join(30)
+    state = output._state_ready()
+    assert state is not None and len(state) == 1
+    output.close()
+
+
+def test_a_failed_restore_fails_every_use_of_the_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(self: JsonLinesOutput, snapshots: FilesystemStorage) -> None:
+        raise StorageUnavailable("s3://bucket/state: connection refused")
+
+    monkeypatch.setattr(JsonLinesOutput, "_rebuild_state", failing)
+    out = tmp_path / "out.jsonlines"
+    output = JsonLinesOutput("out", str(out), ["a"])
+    output.recover(None, context(tmp_path))
+    with pytest.raises(StorageUnavailable):
+        output.aborted()
+    with pytest.raises(StorageUnavailable):  # again: a half-restored state is never used
+        output.start_snapshot(OutputHead(position=0, rows=0), 0, FilesystemStorage(tmp_path / "state"))
+    output.close()
