@@ -252,7 +252,7 @@ lint: venv ## ruff, the import-layering contracts and mypy (strict for the opera
 # Each writes a JSON file with the machine and versions into bench/results/.
 
 .PHONY: bench-persistence
-bench-persistence: setup ## Persistence overhead vs plain Structured Streaming, and resume vs recompute (1M-4M rows).
+bench-persistence: setup ## What persistence costs against Structured Streaming with the same start-up aids: a driver's start, a small batch's latency, a backlog's throughput.
 	$(PY) bench/persistence/run.py $(BENCH_ARGS)
 
 .PHONY: bench-iterate

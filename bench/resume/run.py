@@ -243,7 +243,12 @@ def _restored(log: str) -> dict[str, int] | None:
     match = re.search(r"state of (\d+) keys restored \(snapshot at byte (\d+), (\d+) changelog lines replayed\)", log)
     if match is None:
         return None
-    return {"keys": int(match[1]), "snapshot_at_byte": int(match[2]), "lines_replayed": int(match[3])}
+    restored = {"keys": int(match[1]), "snapshot_at_byte": int(match[2]), "lines_replayed": int(match[3])}
+    # Restored beside the query's start (sinks/base.py); the first batch waited what was left.
+    timing = re.search(r"state restored ([\d.]+)s after the driver started it, waited ([\d.]+)s", log)
+    if timing is not None:
+        restored.update(restore_s=float(timing[1]), waited_s=float(timing[2]))
+    return restored
 
 
 def _text(path: Path) -> str:
@@ -386,6 +391,9 @@ def _split(run: dict[str, Any]) -> str:
         parts.append(f"(store load {shown['store_load_s']:.1f}, summed)")
     restored = run.get("output_state")
     if restored:
+        if restored.get("restore_s") is not None:
+            parts.append(f"output state restored in {restored['restore_s']:.1f} beside the start "
+                         f"(waited {restored['waited_s']:.1f})")
         parts.append(f"{restored['lines_replayed']:,} output lines replayed")
     return ", ".join(parts)
 
