@@ -33,6 +33,7 @@ from spark_app.runtime.jvm.jars import jars_dir
 log = logging.getLogger("spark_app")
 
 ARCHIVES_ENV = contract.CLASS_ARCHIVES
+_WORKLOAD = Path(__file__).resolve().parents[2] / "class_archive_workload.py"
 
 
 def archives_folder() -> Path:
@@ -85,7 +86,8 @@ def create(target: Path) -> Path | None:
 
 
 def _key(jars: str) -> str | None:
-    """A hash of the JVM spark-submit will start and of every jar on the driver's class path."""
+    """A hash of the JVM spark-submit will start, of every jar on the driver's class path and of
+    the workload the archive is recorded from."""
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
     if not java or not os.path.exists(java):
@@ -95,6 +97,8 @@ def _key(jars: str) -> str | None:
 
     parts = [java, _stat(java), _stat(os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "server",
                                                   "libjvm.so")), pyspark.__version__]
+    # What the archive holds follows the workload: a changed workload records a new one.
+    parts.append(hashlib.sha256(_WORKLOAD.read_bytes()).hexdigest())
     for folder in (os.path.join(os.path.dirname(pyspark.__file__), "jars"), jars):
         parts.append(os.path.realpath(folder))
         parts.extend(f"{entry.name}:{entry.stat().st_size}" for entry in sorted(os.scandir(folder), key=lambda e: e.name)
