@@ -63,8 +63,9 @@ class Committer(Protocol):
 
     def commit(self, name: str, head: QueryHead, kind: str = "commit") -> None: ...
 
-    def snapshot_state_at_next_commit(self) -> None:
-        """Spark's state stores snapshot their state at their next commit: it is due."""
+    def snapshot_state_stores(self, name: str) -> None:
+        """Spark's state stores of query ``name`` snapshot their last version: it is due.
+        Called under the query's batch lock, so while none of its tasks runs."""
 
     def tables_committed(self, name: str, head: QueryHead) -> None:
         """The commit of ``head`` holds: the holds on the shared tables it read may move."""
@@ -247,7 +248,7 @@ class BatchHandler:
         due = time.monotonic() - self._last_snapshot >= self._driver.snapshot_interval_s
         if not due or head.batch <= self._snapshot_of:
             return
-        self._driver.snapshot_state_at_next_commit()
+        self._driver.snapshot_state_stores(self._name)
         started = [output.start_snapshot(head.outputs[output.name], head.batch, self._snapshots)
                    for output in self._spec.sink.outputs() if output.name in head.outputs]
         if all(started):  # else one is still storing an older snapshot: this batch is tried again

@@ -68,7 +68,7 @@ from spark_app.state.session import (
     StateSession,
 )
 from spark_app.state.tables import BACKFILL, HoldBroken, TableError
-from spark_app.storage import RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable
+from spark_app.storage import RetryPolicy, Storage, StorageMisconfigured, StorageUnavailable, join
 
 log = logging.getLogger("spark_app")
 
@@ -557,8 +557,8 @@ class Driver:
     def snapshot_interval_s(self) -> float:
         return self._config.snapshot_interval_ms / 1000
 
-    def snapshot_state_at_next_commit(self) -> None:
-        state_stores.snapshot_at_next_commit(self._pipeline.spark())
+    def snapshot_state_stores(self, name: str) -> None:
+        state_stores.snapshot_now(self._pipeline.spark(), join("checkpoints", name))
 
 
 class LiveSettingsFile:

@@ -45,9 +45,9 @@ _DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    # A store snapshots at least every 10 versions, and at its next commit once the snapshot
-    # interval has passed (state_stores.snapshot_at_next_commit); the maintenance interval
-    # (the snapshot interval too) uploads what it snapshotted.
+    # A store snapshots at least every 10 versions, and its last version once the snapshot
+    # interval has passed (state_stores.snapshot_now); the maintenance interval (the
+    # snapshot interval too) uploads what it snapshotted.
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": str(state_stores.MIN_DELTAS_FOR_SNAPSHOT),
     "spark.sql.streaming.minBatchesToRetain": "100",
     "spark.ui.showConsoleProgress": "false",

@@ -17,10 +17,12 @@ a new file: one file per batch (we had it at 1) makes a batch's commit slower (0
 windows), which RocksDB moves down its levels without merging, leaves a file per batch
 that every later start copies (1,000 per partition after 1,000 batches). So the count is
 Spark's default of 10 (session.py), and once per snapshot interval, when the driver's own
-snapshots are due, the stores are told to snapshot at their next commit (their private
-``lastSnapshotVersion`` set back): a snapshot at most about an interval old, uploaded by
-maintenance as before. A clean stop snapshots each store's last version before the
-maintenance runs (private ``createSnapshot``), so that the next start replays nothing.
+snapshots are due, a query's stores snapshot their last version then and there (private
+``createSnapshot``, queued for upload as a commit queues it), after a batch or while the
+query is idle, under the query's batch lock, so never while its tasks use the stores.
+Snapshotting at the next commit instead left an idle query's last versions to the
+changelog: a driver killed then replayed it all (recovery 10.0 s against 8.9 s at 1M
+keys). A clean stop does the same for every store before the maintenance uploads.
 
 Spark keeps no public list of the loaded stores: it is read from StateStore's private
 ``loadedProviders`` by reflection (Spark 4.1.2, pinned). If that ever fails, the stop
@@ -42,7 +44,6 @@ _ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBState
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDB"
 MIN_DELTAS_FOR_SNAPSHOT = 10
 """Spark's default: a store snapshots at least every 10 versions (session.py)."""
-_MIN_DELTAS = MIN_DELTAS_FOR_SNAPSHOT
 
 
 class _Reflection:
@@ -72,15 +73,19 @@ class _Reflection:
         field.setAccessible(True)
         return field
 
-    def rocksdbs(self) -> list[Any]:
-        """The RocksDB instances of the stores loaded in this JVM (taken from a copy of
-        the map, which Spark's tasks change as they load stores)."""
-        providers = self.module_member("loadedProviders").clone().valuesIterator()
+    def rocksdbs(self, checkpoint: str | None = None) -> list[Any]:
+        """The RocksDB instances of the stores loaded in this JVM, or of those under the
+        ``checkpoint`` folder only (a query's). Taken from a copy of the map, which Spark's
+        tasks change as they load stores."""
+        entries = self.module_member("loadedProviders").clone().iterator()
         provider_class = self.jvm.java.lang.Class.forName(_ROCKSDB_PROVIDER)
         rocksdb = self.field(provider_class, "rocksDB")
         found = []
-        while providers.hasNext():
-            provider = providers.next()
+        while entries.hasNext():
+            entry = entries.next()
+            provider = entry._2()
+            if checkpoint is not None and not _under(entry._1().storeId().checkpointRootLocation(), checkpoint):
+                continue
             if provider_class.isInstance(provider):
                 db = rocksdb.get(provider)
                 if db is not None:
@@ -88,21 +93,21 @@ class _Reflection:
         return found
 
 
-def snapshot_at_next_commit(spark: Any) -> int:
-    """Has every RocksDB state store loaded in this JVM snapshot its state at its next
-    commit (the snapshot is uploaded by Spark's maintenance, as every other); returns how
-    many stores. Failing, it logs and leaves Spark's count of versions to decide."""
+def _under(location: str, checkpoint: str) -> bool:
+    """A store's checkpoint location ("file:/x/checkpoints/q/state") is in ``checkpoint``
+    ("checkpoints/q"), whatever form of the scheme each has."""
+    return location.rstrip("/").endswith("/" + checkpoint.strip("/") + "/state")
+
+
+def snapshot_now(spark: Any, checkpoint: str) -> int:
+    """Snapshots the last version of each RocksDB state store of the query whose checkpoint
+    is ``checkpoint`` (``checkpoints/<query>``) that has none yet; Spark's maintenance
+    uploads it. Call it only while none of the query's tasks runs (its batch lock). Returns
+    how many it snapshotted; failing, it logs and leaves Spark's count of versions to decide."""
     try:
-        reflection = _Reflection(spark)
-        rocksdb_class = reflection.jvm.java.lang.Class.forName(_ROCKSDB)
-        last_snapshot = reflection.field(rocksdb_class, "lastSnapshotVersion")
-        stores = reflection.rocksdbs()
-        for db in stores:
-            # shouldCreateSnapshot(): the next version less this one reaches minDeltasForSnapshot.
-            last_snapshot.setLong(db, -_MIN_DELTAS)
-        return len(stores)
+        return _snapshot_last_versions(_Reflection(spark), checkpoint)
     except Exception as error:  # noqa: BLE001 - snapshots then come every minDeltasForSnapshot versions
-        log.debug("could not time the snapshots of Spark's state stores: %s", error)
+        log.debug("could not snapshot the state stores of %s: %s", checkpoint, error)
         return 0
 
 
@@ -139,16 +144,16 @@ def store_snapshots(spark: Any, settle_s: float = 10.0) -> int:
     return len(ids)
 
 
-def _snapshot_last_versions(reflection: _Reflection) -> int:
-    """Queues a snapshot of its loaded version for each store whose last snapshot is older,
-    as its commit would have (RocksDB.createSnapshot, then the upload queue that Spark's
-    maintenance empties)."""
+def _snapshot_last_versions(reflection: _Reflection, checkpoint: str | None = None) -> int:
+    """Queues a snapshot of its loaded version for each store (of the query whose checkpoint
+    is ``checkpoint``, or every one) whose last snapshot is older, as its commit would have
+    (RocksDB.createSnapshot, then the upload queue that Spark's maintenance empties)."""
     jvm = reflection.jvm
     rocksdb_class = jvm.java.lang.Class.forName(_ROCKSDB)
     option_class = jvm.java.lang.Class.forName("scala.Option")
     last_snapshot = reflection.field(rocksdb_class, "lastSnapshotVersion")
     queued = 0
-    for db in reflection.rocksdbs():
+    for db in reflection.rocksdbs(checkpoint):
         version = db.loadedVersion()
         if version <= 0 or last_snapshot.getLong(db) >= version:
             continue

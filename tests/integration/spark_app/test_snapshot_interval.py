@@ -125,3 +125,24 @@ def test_the_snapshot_stays_within_one_interval_and_the_changelog_covers_the_res
         # Spark's state store too: every partition's newest version has its snapshot.
         newest_version, snapshot_version = state_versions(Path(workspace.state))
         assert snapshot_version == newest_version, (snapshot_version, newest_version)
+
+
+def test_a_query_gone_idle_has_its_last_state_snapshotted_so_a_kill_replays_nothing(tmp_path: Path) -> None:
+    """A burst of input, then quiet: within an interval or two the stored snapshot of Spark's
+    state stores is of their last version, not only of the last tenth version, so a driver
+    killed then (a node lost in a quiet hour) resumes without replaying the burst."""
+    workspace = Workspace(tmp_path, str(tmp_path / "state"))
+    for f in range(3):
+        write_csv(workspace.inputs, f"part-{f:03d}.csv", "word,n", rows(f))
+    driver = workspace.driver("--snapshot-interval-ms", "1000").start()
+    driver.wait_for_log("pipeline running")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        newest, snapshot = state_versions(Path(workspace.state)) if (
+            Path(workspace.state) / "checkpoints" / QUERY / "state" / "0").is_dir() else (0, 0)
+        if newest and snapshot == newest and newest_head(Path(workspace.state))["batch"] + 1 == newest:
+            break
+        time.sleep(0.5)
+    driver.kill()
+    newest, snapshot = state_versions(Path(workspace.state))
+    assert snapshot == newest, f"the snapshot is of version {snapshot}, the last version {newest}"
