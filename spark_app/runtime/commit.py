@@ -248,10 +248,11 @@ class BatchHandler:
         due = time.monotonic() - self._last_snapshot >= self._driver.snapshot_interval_s
         if not due or head.batch <= self._snapshot_of:
             return
-        self._driver.snapshot_state_stores(self._name)
         started = [output.start_snapshot(head.outputs[output.name], head.batch, self._snapshots)
                    for output in self._spec.sink.outputs() if output.name in head.outputs]
         if all(started):  # else one is still storing an older snapshot: this batch is tried again
+            # Once per interval: not at every retry while an output's snapshot is still stored.
+            self._driver.snapshot_state_stores(self._name)
             self._last_snapshot = time.monotonic()
             self._snapshot_of = head.batch
 
