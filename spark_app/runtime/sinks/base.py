@@ -162,11 +162,11 @@ class KeyedOutput(Output):
             self._restoring = None
 
     def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> bool:
-        if self._state_ready() is None:
+        state = self._state_ready()
+        if state is None:
             return True
-        assert self._state is not None
         snapshot = OutputSnapshot(batch_id, head.position, snapshot_key(self.name, batch_id, self._epoch))
-        return self._snapshotter.start(self._state, snapshots, snapshot)
+        return self._snapshotter.start(state, snapshots, snapshot)
 
     def wait_for_snapshot(self, timeout_s: float) -> None:
         self._snapshotter.wait(timeout_s)
