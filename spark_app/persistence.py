@@ -129,12 +129,20 @@ class Config:
     """Metadata log entries kept when it is compacted (every this many appends)."""
     index_compact_after: int = 64
     """A file source's index merges its segments into one after this many admissions."""
+    lease_ttl_s: float = 30.0
+    """How long the driver's lease stays live without a renewal; it is renewed every
+    sixth of this. Until it lapses, a second local driver on the same state refuses to
+    start (unless the holder's process is visibly gone). Longer rides out longer pauses
+    of a live driver (a frozen node, a long GC); shorter lets a successor on another host
+    take over sooner after a crash."""
 
     def __post_init__(self) -> None:
         if self.snapshot_interval_ms <= 0:
             raise ValueError(f"snapshot_interval_ms must be positive, got {self.snapshot_interval_ms}")
         if self.outage_budget_s <= 0:
             raise ValueError(f"outage_budget_s must be positive, got {self.outage_budget_s}")
+        if self.lease_ttl_s < 1:
+            raise ValueError(f"lease_ttl_s must be at least 1 second, got {self.lease_ttl_s}")
 
     @classmethod
     def simple_config(cls, backend: Backend, snapshot_interval_ms: int = DEFAULT_SNAPSHOT_INTERVAL_MS,

@@ -99,6 +99,10 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
 ]
 
 
+LEASE_RENEWALS_PER_TTL = 6
+"""Renewals within one lease lifetime: five can fail (a storage hiccup, a slow write)
+before a live driver's lease lapses."""
+
 SNAPSHOT_AT_STOP_S = 10.0
 """How long a clean stop waits for its keyed outputs' last snapshot (within the pod's
 default grace of 30 s: up to 20 s for the batch in flight, then this)."""
@@ -112,7 +116,6 @@ class RunOptions:
     """Stop once every source's available input is processed and committed (a batch run)."""
     stop_timeout_s: float = 20.0
     """On SIGTERM, how long the batch in flight may take to finish before it is abandoned."""
-    lease_renew_s: float = 5.0
 
 
 def exit_code_for(error: BaseException) -> int:
@@ -184,7 +187,8 @@ class Driver:
         self._reporter = PodReporter.for_pod(environment.pod_name, environment.pod_namespace)
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,
                                           requested_epoch=config.epoch, owner=config.pipeline,
-                                          log_retained=config.log_retained)
+                                          log_retained=config.log_retained,
+                                          lease_ttl_ms=int(config.lease_ttl_s * 1000))
         self.report()
         # Renewed from now on, not once the pipeline runs: a start (a busy node's JVM, a
         # large first batch) may outlast the lease, and the next driver would take over.
@@ -437,7 +441,7 @@ class Driver:
     def _renew_lease_forever(self) -> None:
         assert self._session is not None
         warned = False
-        while not self._stop.wait(self._options.lease_renew_s):
+        while not self._stop.wait(self._config.lease_ttl_s / LEASE_RENEWALS_PER_TTL):
             try:
                 status: contract.DriverReport | None = self._status()
             except Exception as error:  # noqa: BLE001 - a report must never stop the renewal

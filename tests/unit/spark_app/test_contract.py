@@ -51,6 +51,16 @@ def test_malformed_injection_is_named(env: dict[str, str], message: str) -> None
         Config.from_env(env)
 
 
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("snapshot_interval_ms", 0, "snapshot_interval_ms must be positive"),
+    ("outage_budget_s", -1.0, "outage_budget_s must be positive"),
+    ("lease_ttl_s", 0.5, "lease_ttl_s must be at least 1 second"),
+])
+def test_a_config_out_of_range_names_its_field(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Config.simple_config(Backend.filesystem("/s"), **{field: value})
+
+
 @pytest.mark.parametrize(("env", "addressing"), [
     ({}, False),
     ({contract.S3_ENDPOINT: "http://127.0.0.1:9000"}, True),

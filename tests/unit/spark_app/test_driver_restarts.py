@@ -60,7 +60,7 @@ def run_lease_thread(status: Callable[[], object], readers: object = None) -> li
     renewals: list[object] = []
     driver = object.__new__(Driver)
     driver._stop = threading.Event()  # type: ignore[attr-defined]
-    driver._options = SimpleNamespace(lease_renew_s=0.01)  # type: ignore[attr-defined]
+    driver._config = SimpleNamespace(lease_ttl_s=0.06)  # type: ignore[attr-defined]
     driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
     driver._fatal = None  # type: ignore[attr-defined]
     driver._reporter = None  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ parser.add_argument("--index-compact-after", type=int, default=64, help="compact
 parser.add_argument("--max-files-per-trigger", type=int, default=None)
 parser.add_argument("--max-bytes-per-trigger", type=int, default=None)
 parser.add_argument("--outage-budget-s", type=float, default=900.0)
+parser.add_argument("--lease-ttl-s", type=float, default=30.0)
 parser.add_argument("--format", choices=["csv", "jsonlines"], default="csv",
                     help="how the input files are read; changing it keeps the state")
 parser.add_argument("--pattern", default="*")
@@ -37,6 +38,7 @@ sa.run(
     persistence_config=sa.persistence.Config.simple_config(
         backend, snapshot_interval_ms=args.snapshot_interval_ms, log_retained=args.log_retained,
         index_compact_after=args.index_compact_after, outage_budget_s=args.outage_budget_s,
+        lease_ttl_s=args.lease_ttl_s,
     ),
     trigger_interval_ms=args.trigger_interval_ms,
     stop_when_idle=args.stop_when_idle,
