@@ -1,10 +1,12 @@
 """A batch as changelog lines (a row's JSON object with ``time`` and ``diff``), shared by
 the outputs that write changelogs: a JSON-lines file, a Kafka topic (one message a line).
 
-Rows are encoded in Spark's tasks and reach the driver a partition at a time, so a large
-batch is never held whole in the driver's memory. A keyed output's changes (-1 of the row
-last emitted for a key, +1 of the new one) are computed in the driver against its
-``OutputState``.
+Rows are encoded in Spark's tasks and reach the driver through local files, a partition
+each, so a large batch is never held whole in the driver's memory. The tasks encode in
+the JVM (runtime/jvm/changelog_encoder.py) when every column's type is one the JVM
+encoder writes byte for byte as ``encode`` here does, and in a Python worker otherwise.
+A keyed output's changes (-1 of the row last emitted for a key, +1 of the new one) are
+computed in the driver against its ``OutputState``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from spark_app.runtime.jvm.changelog_encoder import encoded_in_jvm, fetch
 from spark_app.runtime.sinks.keyed_state import OutputState, encode_key
 
 _CHUNK = "chunk"
@@ -27,11 +30,13 @@ _CHUNK = "chunk"
 
 def chunks(df: DataFrame, time_ms: int, mode: str, key: Sequence[str] | None = None,
            ) -> Iterator[tuple[bytes, int]]:
-    """``df`` encoded in Spark's tasks (``encode``), fetched a partition at a time (the
-    next one while this one is written), as (bytes, lines) chunks in the rows' order."""
-    encoder = functools.partial(encode, time_ms=time_ms, mode=mode, key=tuple(key or ()))
-    for row in df.mapInArrow(encoder, f"{_CHUNK} binary, lines int").toLocalIterator(prefetchPartitions=True):
-        yield bytes(row[_CHUNK]), int(row["lines"])
+    """``df`` encoded in Spark's tasks (``encode``, or its JVM twin) and fetched in one job
+    (runtime/jvm/changelog_encoder.py), as (bytes, lines) chunks in the rows' order."""
+    encoded = encoded_in_jvm(df, time_ms, mode, tuple(key or ()))
+    if encoded is None:
+        encoder = functools.partial(encode, time_ms=time_ms, mode=mode, key=tuple(key or ()))
+        encoded = df.mapInArrow(encoder, f"{_CHUNK} binary, lines int")
+    yield from fetch(encoded)
 
 
 def encode(batches: Iterable[pa.RecordBatch], *, time_ms: int, mode: str, key: tuple[str, ...],
