@@ -16,8 +16,10 @@ job per partition and so the batch's last stage one task at a time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -51,7 +53,9 @@ def fetch(chunks: DataFrame) -> Iterator[tuple[bytes, int]]:
     spark.driver.maxResultSize (1 GiB unless set) is fetched a partition a job instead."""
     spark = chunks.sparkSession
     files = spark.sparkContext._jvm.dev.sparkapp.sinks.PartitionFiles  # type: ignore[union-attr]
-    folder = tempfile.mkdtemp(prefix="spark_app-batch-", dir=_local_dir(spark.conf.get("spark.local.dir", None)))
+    parent = _local_dir(spark.conf.get("spark.local.dir", None)) or tempfile.gettempdir()
+    sweep_once(parent)
+    folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-", dir=parent)
     try:
         try:
             partitions = files.write(chunks._jdf, folder)
@@ -72,6 +76,37 @@ def fetch(chunks: DataFrame) -> Iterator[tuple[bytes, int]]:
             os.remove(path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_FOLDER_PREFIX = "spark_app-batch-"
+_FOLDER = re.compile(re.escape(_FOLDER_PREFIX) + r"(\d+)-")
+
+
+@functools.cache
+def sweep_once(parent: str) -> list[str]:
+    """Removes the batch folders that drivers killed mid-fetch left in ``parent`` (their
+    process is gone), once per process and folder; returns their names. A local driver
+    restarted after kill -9 shares /tmp with its predecessor; a pod's emptyDir outlives a
+    container restart."""
+    removed = []
+    for name in sorted(os.listdir(parent)):
+        found = _FOLDER.match(name)
+        if found and not _alive(int(found.group(1))):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            removed.append(name)
+    if removed:
+        log.info("removed %d batch folders of drivers that ended mid-batch from %s", len(removed), parent)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _local_dir(configured: str | None) -> str | None:
