@@ -52,13 +52,13 @@ import scala.collection.Seq;
  * spark_app's Python encoder writes them (spark_app/runtime/sinks/changelog.py: a row as
  * {@code json.dumps} of its values after {@code _jsonable}, compact and ASCII-only).
  *
- * <p>The Python encoder runs in a Python worker after the batch's last JVM stage: every row
- * crosses to Python as Arrow and back as bytes, which cost a small batch a third of its
- * time (make bench-kafka). Outputs compare a key's new row with the one stored in their
- * state as text, so the two encoders must agree to the byte, or a restart across the
- * change would emit a retraction and an insert of every equal row; {@link #supports}
- * leaves to the Python encoder the types whose Python text this class does not
- * reproduce (maps, intervals, variants, repeated field names).
+ * <p>The Python encoder runs in a Python worker after the batch's last JVM stage: every
+ * row crosses to Python as Arrow and back as bytes (a 200,000-row batch's encoding and
+ * fetch took 0.81 s that way, 0.30 s here). Outputs compare a key's new row with the one
+ * stored in their state as text, so the two encoders must agree to the byte, or a restart
+ * across the change would emit a retraction and an insert of every equal row;
+ * {@link #supports} leaves to the Python encoder the types whose Python text this class
+ * does not reproduce (maps, intervals, variants, repeated field names).
  *
  * <p>Each output row is a chunk of up to {@link #CHUNK_ROWS} lines (Arrow's batch size in
  * the Python encoder), so that the driver fetches a partition's lines in a few rows.
@@ -366,7 +366,8 @@ public final class ChangelogEncoder implements MapPartitionsFunction<Row, Row> {
       boolean upReads = up.doubleValue() == value;
       if (downReads && upReads) {
         int order = exact.subtract(down).abs().compareTo(up.subtract(exact).abs());
-        shortest = order < 0 ? down : order > 0 ? up : exact.round(new MathContext(digits, RoundingMode.HALF_EVEN));
+        shortest = order < 0 ? down
+            : order > 0 ? up : exact.round(new MathContext(digits, RoundingMode.HALF_EVEN));
       } else if (downReads) {
         shortest = down;
       } else if (upReads) {
