@@ -91,13 +91,20 @@ class Holder:
         Unknown (another host, no /proc) counts as not gone."""
         if not self.boot or self.host != socket.gethostname() or self.boot != _boot_id():
             return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        if not pid_exists(self.pid):
             return True
-        except PermissionError:
-            pass  # it exists, under another user
         return bool(self.started) and _start_time(self.pid) != self.started
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process of this pid runs on this machine (under any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    return True
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame
 
+from spark_app.state.session import pid_exists
+
 log = logging.getLogger("spark_app")
 
 _HEADER = struct.Struct(">ii")
@@ -91,22 +93,12 @@ def sweep_once(parent: str) -> list[str]:
     removed = []
     for name in sorted(os.listdir(parent)):
         found = _FOLDER.match(name)
-        if found and not _alive(int(found.group(1))):
+        if found and not pid_exists(int(found.group(1))):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
             removed.append(name)
     if removed:
         log.info("removed %d batch folders of drivers that ended mid-batch from %s", len(removed), parent)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 def _local_dir(configured: str | None) -> str | None:
