@@ -94,5 +94,4 @@ def test_state_in_s3_with_credentials_from_a_secret_is_deleted_with_ondelete_del
     # Hadoop's empty directory markers ("…/", no data) survive `spark_app reset`: its
     # S3Storage.delete_prefix drops their trailing slash (reported to spark_app).
     assert [key for key in stored() if not key.endswith("/")] == []
-    reasons = ns.event_reasons("wordcount")
-    assert "StateCleanup" in reasons and "StateDeleted" in reasons, reasons
+    ns.announced("wordcount", "StateCleanup", "StateDeleted")

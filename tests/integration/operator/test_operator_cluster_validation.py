@@ -120,6 +120,7 @@ def test_a_misconfigured_driver_is_not_crash_looped_and_a_spec_change_retries_at
     assert status["lastFailure"]["exitCode"] == 2
     assert "pipeline file examples/missing.py does not exist" in status["lastFailure"]["message"]
     assert status["phase"] == "Restarting" and status["nextLaunch"]["reason"] == "Misconfigured"
+    ns.announced("wordcount", "DriverLost")
     lost = [m for _, r, m in ns.events("wordcount") if r == "DriverLost"]
     assert lost and "does not exist" in lost[0] and "relaunching in 600s" in lost[0]
     time.sleep(6)
