@@ -251,15 +251,29 @@ def _past(chunk: Chunk[R], limit: int) -> Position:
 
 class TokenBucket:
     """Rows per second for the chunks, changeable while running; None is unlimited, 0 pauses.
-    Unused allowance accumulates up to ``capacity``, so a slow read is made up after it."""
 
-    def __init__(self, rows_per_second: float | None, capacity: int,
+    Unused allowance is saved, so that a read slower than the limit is made up by the next
+    ones; but no more than ``saved_s`` seconds of the rate (never less than ``least`` rows,
+    a chunk, which must fit, nor more than ``most``). Over any window of W seconds the rows
+    taken exceed the limit by at most what was saved, so the savings bound the overshoot to
+    saved_s / W: two chunks saved at every rate let a low limit run 11.5% over a minute."""
+
+    def __init__(self, rows_per_second: float | None, least: int, most: int, saved_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if not 1 <= least <= most:
+            raise ValueError(f"the savings must hold at least 1 row and least <= most, got {least} and {most}")
         self._rate = rows_per_second
-        self._capacity = capacity
+        self._least, self._most, self._saved_s = least, most, saved_s
         self._clock = clock
         self._tokens = 0.0
         self._at = clock()
+
+    @property
+    def capacity(self) -> int:
+        """The most allowance saved at the current rate."""
+        if not self._rate:
+            return self._most
+        return min(self._most, max(self._least, int(self._rate * self._saved_s)))
 
     @property
     def rate(self) -> float | None:
@@ -270,12 +284,13 @@ class TokenBucket:
         self._rate = rows_per_second
         if rows_per_second == 0:
             self._tokens = 0.0  # a pause holds at once: what was saved before it is not spent after
+        self._tokens = min(self._tokens, float(self.capacity))
 
     def available(self) -> int:
         self._refill()
         if self._rate == 0:
             return 0
-        return self._capacity if self._rate is None else int(self._tokens)
+        return self.capacity if self._rate is None else int(self._tokens)
 
     def reserve(self, most: int) -> int:
         """Takes up to ``most`` rows of the allowance now, before they are read: the read
@@ -289,7 +304,7 @@ class TokenBucket:
         """Gives back reserved rows that were not read (a last chunk, a plan not written)."""
         self._refill()
         if self._rate != 0:
-            self._tokens = min(float(self._capacity), self._tokens + rows)
+            self._tokens = min(float(self.capacity), self._tokens + rows)
 
     def seconds_until(self, rows: int) -> float | None:
         """How long until ``rows`` are available; None while paused."""
@@ -298,12 +313,12 @@ class TokenBucket:
         if self._rate <= 0:
             return None
         self._refill()
-        return max(0.0, (min(rows, self._capacity) - self._tokens) / self._rate)
+        return max(0.0, (min(rows, self.capacity) - self._tokens) / self._rate)
 
     def _refill(self) -> None:
         now = self._clock()
         if self._rate is not None:
-            self._tokens = min(float(self._capacity), self._tokens + (now - self._at) * self._rate)
+            self._tokens = min(float(self.capacity), self._tokens + (now - self._at) * self._rate)
         self._at = now
 
 

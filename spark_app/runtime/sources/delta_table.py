@@ -81,6 +81,10 @@ _BOUNDED_TYPES = (IntegralType, StringType, DateType)
 """First key columns whose position, as JSON, compares with their statistics as read back."""
 _RANGES_REFRESH = 20
 """Versions after which a view reads its table's file statistics again."""
+SAVED_ALLOWANCE_S = 2.5
+"""Seconds of a rate limit a rate-limited planner may save up: a slow read is made up after
+it, and over a minute the rate held is within 2.5 / 60 = 4.2% of the limit (or a chunk's worth
+where a chunk is more)."""
 
 
 class BackfillError(Exception):
@@ -466,10 +470,12 @@ class Planner:
         self._poll_s = poll_s
         self._live_rate = live_rate
         """The rate set while the driver runs (by the operator), if one was set."""
-        # Two chunks of allowance: a read slower than the limit (a new version's changes,
-        # files spanning the key range) is made up by the next ones, so the limit holds on
-        # average wherever the planner can go faster than it (one chunk lost the excess).
-        self._bucket = TokenBucket(settings.rows_per_second, 2 * settings.chunk_rows)
+        # Up to two chunks of allowance: a read slower than the limit (a new version's
+        # changes, files spanning the key range) is made up by the next ones, so the limit
+        # holds on average wherever the planner can go faster than it (one chunk lost the
+        # excess at 0.75 of the unthrottled rate). At a low limit, SAVED_ALLOWANCE_S of it.
+        self._bucket = TokenBucket(settings.rows_per_second, least=settings.chunk_rows,
+                                   most=2 * settings.chunk_rows, saved_s=SAVED_ALLOWANCE_S)
         self._meter = RateMeter()
         self._frontier: Frontier | None = None
         self._stop = threading.Event()
