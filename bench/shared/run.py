@@ -12,8 +12,8 @@ includes the table), wall time to read all input, and end-to-end latency of a ne
 (a file with one order of a new customer, until it is in all three outputs).
 
 Then the publisher's batch latency (a new orders file until the table's next version)
-with 0, 1 and 4 readers attached, each sample with the readers caught up, then with none
-again (the readers stopped).
+with 0, 1 and 4 readers attached in turn, for --latency-rounds rounds after a warm-up
+without readers, each sample with the readers caught up.
 
     .venv/bin/python bench/shared/run.py [--files 12 --rows 20000 --customers 20000 --markers 5 --repeats 3]
 
@@ -112,17 +112,21 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def wait(what: str, groups: list[Group], done: Any, timeout: float = 3600) -> float:
-    began = time.monotonic()
+def wait(what: str, groups: list[Group], done: Any, timeout: float = 3600, poll_s: float = 0.2) -> float:
+    """Seconds until ``done()``, checked every ``poll_s``; the drivers' CPU is sampled every
+    0.2 s whatever the poll (reading /proc for every process is not free)."""
+    began = sampled = time.monotonic()
     while not done():
-        for g in groups:
-            g.sample()
-            if g.process.poll() is not None:
-                raise RuntimeError(f"{g.log.name} exited with {g.process.returncode} while waiting for {what}; "
-                                   f"see {g.log}")
+        if time.monotonic() - sampled >= 0.2:
+            sampled = time.monotonic()
+            for g in groups:
+                g.sample()
+                if g.process.poll() is not None:
+                    raise RuntimeError(f"{g.log.name} exited with {g.process.returncode} while waiting for {what}; "
+                                       f"see {g.log}")
         if time.monotonic() - began > timeout:
             raise TimeoutError(what)
-        time.sleep(0.2)
+        time.sleep(poll_s)
     return time.monotonic() - began
 
 
@@ -156,11 +160,11 @@ def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[st
     return result
 
 
-def publisher_latency(work: Path, markers: int, readers: tuple[int, ...]) -> dict[str, Any]:
+def publisher_latency(work: Path, markers: int, rounds: int, counts: tuple[int, ...] = (0, 1, 4)) -> dict[str, Any]:
     """One publisher; its batch latency (a new file until the table's next version) with
-    ``readers`` attached in turn, each reader caught up before the markers. A count below
-    the one before stops readers: measuring no reader again at the end, with the publisher
-    as warm as it was with four, keeps its warming up out of the ratios."""
+    each of ``counts`` readers attached in turn, ``rounds`` times, after a warm-up without
+    readers (a new driver's first batches are slower: in one run 1.83 s without readers at
+    the start against 1.23 s at the end). Each sample starts with the readers caught up."""
     inputs, state = work / "lat-orders", work / "lat-state"
     write_orders(inputs, "base.csv", [f"b{i},c{i:07d},a,1" for i in range(1000)])
     table = FilesystemStorage(str(state / "publisher" / "tables" / "customers"))
@@ -169,24 +173,23 @@ def publisher_latency(work: Path, markers: int, readers: tuple[int, ...]) -> dic
                                 str(state / "publisher"), "--trigger-interval-ms", "200"), work / "lat-publisher.log")
     groups = [publisher]
     wait("the table", groups, lambda: log.exists())
-    attached: list[Group] = []
-    outputs: list[Path] = []
-    results: dict[str, Any] = {}
+    attached: list[tuple[Group, Path]] = []
+    started = 0
     marker = 0
-    for wanted in readers:
-        label = str(wanted) if str(wanted) not in results else f"{wanted} again"
+    chance = random.Random(7)
+    phases: list[dict[str, Any]] = []
+    for wanted in (0, *counts * rounds):
         while len(attached) > wanted:
-            stopped = attached.pop()
+            stopped, _ = attached.pop()
             stopped.stop()
             groups.remove(stopped)
-            outputs.pop()
         while len(attached) < wanted:
-            out = work / f"lat-reader-{len(attached)}.jsonlines"
-            outputs.append(out)
+            out = work / f"lat-reader-{started}.jsonlines"
             reader = Group(spark_app(str(HERE / "reader.py"), "--publisher-state", str(state / "publisher"),
-                                     "--output", str(out), "--state", str(state / f"reader-{len(attached)}"),
-                                     "--trigger-interval-ms", "200"), work / f"lat-reader-{len(attached)}.log")
-            attached.append(reader)
+                                     "--output", str(out), "--state", str(state / f"reader-{started}"),
+                                     "--trigger-interval-ms", "200"), work / f"lat-reader-{started}.log")
+            started += 1
+            attached.append((reader, out))
             groups.append(reader)
             wait("the reader's first output", groups, lambda out=out: contains(out, "c0000999"))
         samples, caught_up = [], []
@@ -195,28 +198,31 @@ def publisher_latency(work: Path, markers: int, readers: tuple[int, ...]) -> dic
             before = log.latest()
             name = f"lat{marker}"
             write_orders(inputs, f"{name}.csv", [f"{name},{name},a,1"])
-            samples.append(wait("the next version", groups,
-                                lambda before=before: (log.latest() or 0) > (before or 0) and any(
+            samples.append(wait("the next version", groups, poll_s=0.01,
+                                done=lambda before=before: (log.latest() or 0) > (before or 0) and any(
                                     log.commit(v).data_change for v in range((before or 0) + 1, log.latest() + 1))))
             # Each sample starts with the readers caught up and idle (polling the table):
             # it measures what attached readers cost the publisher, not two cores shared by
             # five drivers' batches at once (that is the readers' lag, reported beside it).
             caught_up.append(wait("the readers' output", groups,
-                                  lambda name=name: all(contains(out, name) for out in outputs)))
-            time.sleep(1)
-        results[label] = {"readers": wanted, "median_s": round(statistics.median(samples), 3),
-                          "all": [round(x, 3) for x in samples],
-                          "readers_caught_up_after_s": [round(x, 3) for x in caught_up] if wanted else None}
-        progress(f"publisher latency with {label} readers: {results[label]}")
+                                  lambda name=name: all(contains(out, name) for _, out in attached)))
+            # Not in step with the publisher's 200 ms trigger.
+            time.sleep(1 + chance.uniform(0, 0.2))
+        phases.append({"readers": wanted, "warm_up": not phases, "median_s": round(statistics.median(samples), 3),
+                       "all": [round(x, 3) for x in samples],
+                       "readers_caught_up_after_s": [round(x, 3) for x in caught_up] if wanted else None})
+        progress(f"publisher latency with {wanted} readers{' (warm-up)' if len(phases) == 1 else ''}: {phases[-1]}")
     for g in groups:
         g.stop()
-    # Against the faster of the runs without readers: the ratios are not flattered by a
-    # publisher that was still warming up when it ran alone.
-    base = min(r["median_s"] for r in results.values() if r["readers"] == 0)
-    for r in results.values():
-        if r["readers"]:
-            r["ratio_to_0"] = round(r["median_s"] / base, 3)
-    return results
+    pooled = {n: [x for p in phases[1:] if p["readers"] == n for x in p["all"]] for n in counts}
+    base = statistics.median(pooled[0])
+    by_count = {str(n): {"median_s": round(statistics.median(xs), 3), "samples": len(xs),
+                         "ratio_to_0": round(statistics.median(xs) / base, 3),
+                         "ratios_by_round": [round(p["median_s"] / q["median_s"], 3) for p, q in zip(
+                             [p for p in phases[1:] if p["readers"] == n],
+                             [p for p in phases[1:] if p["readers"] == 0], strict=True)]}
+                for n, xs in pooled.items()}
+    return {"by_readers": by_count, "phases": phases}
 
 
 def recompute_variant(work: Path, markers: int) -> dict[str, Any]:
@@ -258,6 +264,8 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=20000)
     parser.add_argument("--markers", type=int, default=5)
     parser.add_argument("--latency-markers", type=int, default=8)
+    parser.add_argument("--latency-rounds", type=int, default=2,
+                        help="rounds of 0, 1 and 4 readers for the publisher's latency, after a warm-up")
     parser.add_argument("--repeats", type=int, default=3,
                         help="pairs of (a) and (b), their order alternating; 0: the publisher's latency alone")
     parser.add_argument("--keep", action="store_true", help="keep the working folder")
@@ -289,7 +297,7 @@ def main() -> None:
         ratios = {key: spread([p["ratios"][key] for p in pairs]) for key in pairs[0]["ratios"]} if pairs else {}
         progress(f"ratios over {len(pairs)} pairs: {ratios}")
         (work / "c").mkdir()
-        publisher = publisher_latency(work / "c", options.latency_markers, (0, 1, 4, 0))
+        publisher = publisher_latency(work / "c", options.latency_markers, options.latency_rounds)
         write_results("shared", {
             "workload": {"files": options.files, "rows_per_file": options.rows, "customers": options.customers,
                          "repeats": options.repeats},
