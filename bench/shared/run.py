@@ -211,17 +211,20 @@ def publisher_latency(work: Path, markers: int, rounds: int, counts: tuple[int, 
         phases.append({"readers": wanted, "warm_up": not phases, "median_s": round(statistics.median(samples), 3),
                        "all": [round(x, 3) for x in samples],
                        "readers_caught_up_after_s": [round(x, 3) for x in caught_up] if wanted else None})
-        progress(f"publisher latency with {wanted} readers{' (warm-up)' if len(phases) == 1 else ''}: {phases[-1]}")
+        progress(f"publisher latency with {wanted} readers{' (warm-up)' if phases[-1]['warm_up'] else ''}: {phases[-1]}")
     for g in groups:
         g.stop()
-    pooled = {n: [x for p in phases[1:] if p["readers"] == n for x in p["all"]] for n in counts}
-    base = statistics.median(pooled[0])
-    by_count = {str(n): {"median_s": round(statistics.median(xs), 3), "samples": len(xs),
-                         "ratio_to_0": round(statistics.median(xs) / base, 3),
-                         "ratios_by_round": [round(p["median_s"] / q["median_s"], 3) for p, q in zip(
-                             [p for p in phases[1:] if p["readers"] == n],
-                             [p for p in phases[1:] if p["readers"] == 0], strict=True)]}
-                for n, xs in pooled.items()}
+    def measured(n: int) -> list[dict[str, Any]]:
+        return [p for p in phases if p["readers"] == n and not p["warm_up"]]
+
+    base = statistics.median(x for p in measured(0) for x in p["all"])
+    by_count = {}
+    for n in counts:
+        pooled = statistics.median(x for p in measured(n) for x in p["all"])
+        by_count[str(n)] = {"median_s": round(pooled, 3), "samples": sum(len(p["all"]) for p in measured(n)),
+                            "ratio_to_0": round(pooled / base, 3),
+                            "ratios_by_round": [round(p["median_s"] / q["median_s"], 3)
+                                                for p, q in zip(measured(n), measured(0), strict=True)]}
     return {"by_readers": by_count, "phases": phases}
 
 
