@@ -318,8 +318,32 @@ def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) 
 
 def check_checkpoints(snapshots: Storage, heads: dict[str, QueryHead]) -> None:
     for name, head in heads.items():
-        if not snapshots.list(join("checkpoints", name, "offsets") + "/"):
+        if not _planned_batches(snapshots, name):
             raise StateDamaged(
                 f"the metadata log says output {name!r} committed batch {head.batch}, but Spark's checkpoint "
                 f"at {snapshots.spark_uri(join('checkpoints', name))} is gone; restore it, or reset the state"
             )
+
+
+def clear_unplanned(snapshots: Storage, queries: Sequence[str]) -> None:
+    """Spark starts a query whose offset log has no entry only in an empty checkpoint
+    folder. On a volume it writes each entry to a hidden temporary file and renames it, so
+    a driver killed or frozen in between leaves the file and no entry, and Spark refused
+    every later start. A query without an entry has planned nothing: whatever its folder
+    holds is such a leftover, and goes. (On S3 an entry appears whole or not at all.)"""
+    for name in queries:
+        if _planned_batches(snapshots, name):
+            continue
+        left = [key for part in ("offsets", "commits", "state")
+                for key in snapshots.list(join("checkpoints", name, part) + "/")]
+        for key in left:
+            snapshots.delete(key)
+        if left:
+            log.warning("removed what a driver left unfinished in Spark's checkpoint of %s, which has planned no "
+                        "batch yet: %s", name, ", ".join(key.split("/", 2)[2] for key in left))
+
+
+def _planned_batches(snapshots: Storage, query: str) -> list[str]:
+    """The entries of the query's offset log (named by their batch, without temporary files)."""
+    return [key for key in snapshots.list(join("checkpoints", query, "offsets") + "/")
+            if key.rpartition("/")[2].isdigit()]

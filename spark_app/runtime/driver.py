@@ -28,7 +28,13 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime import startup
-from spark_app.runtime.commit import BatchHandler, StateDamaged, check_checkpoints, offsets_by_source
+from spark_app.runtime.commit import (
+    BatchHandler,
+    StateDamaged,
+    check_checkpoints,
+    clear_unplanned,
+    offsets_by_source,
+)
 from spark_app.runtime.jvm import state_stores
 from spark_app.runtime.jvm.session import spark_conf
 from spark_app.runtime.kafka_clients import parse_offsets
@@ -203,6 +209,7 @@ class Driver:
             self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
+        clear_unplanned(snapshots, sorted(streaming))
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
         beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()

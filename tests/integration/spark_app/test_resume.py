@@ -86,3 +86,27 @@ def test_a_clean_stop_on_s3_leaves_every_state_partition_a_snapshot_of_its_newes
     assert len(files) == 4, files
     for partition, versions in files.items():
         assert max(versions["zip"], default=0) == max(versions["changelog"]), (partition, versions)
+
+
+def test_a_driver_killed_while_spark_writes_a_query_s_first_offset_entry_leaves_no_lasting_harm(
+        fs_workspace: Workspace) -> None:
+    """On a volume Spark writes an offset-log entry to a hidden temporary file and renames
+    it. A driver killed (or frozen) between the two leaves the file and no entry, and
+    Spark refuses to start a query with no entry in a folder that is not empty
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): every later driver failed. Seen in the
+    Kafka sink's stale-driver test, whose frozen driver held such a file."""
+    workspace = fs_workspace
+    for f in range(2):
+        write_csv(workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    offsets = workspace.root / "state" / "checkpoints" / "even_jsonlines" / "offsets"
+    offsets.mkdir(parents=True)
+    leftover = offsets / ".0.6f1d2c1e-0d4b-4c59-9a51-5b1e6c2f0a11.tmp"
+    leftover.write_text('v1\n{"batchWatermarkMs":0,"batchTimest')  # cut off mid-write
+    driver = workspace.driver("--stop-when-idle").start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+
+    assert "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY" not in driver.output()
+    assert "removed what a driver left unfinished in Spark's checkpoint of even_jsonlines" in driver.output()
+    assert not leftover.exists()
+    assert fold(read_changelog(workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(2))
+    assert multiset(read_changelog(workspace.out / "even.jsonlines")) == expected_even(range(2))
