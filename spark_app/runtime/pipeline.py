@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
-from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.jvm.session import build_session, reach_bucket, spark_conf
 from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
 from spark_app.runtime.sinks.delta import DeltaOutput
@@ -271,6 +271,8 @@ class Pipeline:
         generated = persistent_id is None
         persistent_id = self._source_id("delta", path, persistent_id)
         table = DeltaTableRef(Backend.from_uri(path, options=self.environment.s3), key)
+        # Its schema is read now, before run() configures the session for the state's storage.
+        reach_bucket(spark, table.location)
         try:
             schema = describe_table(spark, table)
         except BackfillError as error:

@@ -14,6 +14,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -22,6 +23,7 @@ from spark_app.persistence import Backend
 from spark_app.runtime.jvm import class_archive, state_stores
 from spark_app.runtime.jvm.jars import jars_dir
 from spark_app.runtime.jvm.worker_python import worker_python
+from spark_app.storage import S3Location
 
 log = logging.getLogger("spark_app")
 
@@ -123,6 +125,26 @@ def s3a_conf(backend: Backend) -> dict[str, str]:
         # S3-compatible servers ignore the region, but the AWS SDK v2 insists on one.
         conf["spark.hadoop.fs.s3a.endpoint.region"] = "us-east-1"
     return conf
+
+
+def reach_bucket(spark: SparkSession, backend: Backend, keys: contract.S3Keys | None = None) -> None:
+    """Lets S3A reach ``backend``'s bucket as ``backend`` says (its endpoint, addressing and
+    region), with ``keys`` if given, whatever the session's own S3 settings are: they are
+    set for that bucket only (``fs.s3a.bucket.<name>.*``). Nothing to do for a folder."""
+    if backend.kind != "s3":
+        return
+    bucket = S3Location.parse(backend.root).bucket
+    hadoop: Any = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_conf(backend).items():
+        hadoop.set(f"fs.s3a.bucket.{bucket}.{key.removeprefix('spark.hadoop.fs.s3a.')}", value)
+    if keys is not None:
+        provider = ("org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider" if keys.session_token
+                    else "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider")
+        hadoop.set(f"fs.s3a.bucket.{bucket}.aws.credentials.provider", provider)
+        hadoop.set(f"fs.s3a.bucket.{bucket}.access.key", keys.access_key_id)
+        hadoop.set(f"fs.s3a.bucket.{bucket}.secret.key", keys.secret_access_key)
+        if keys.session_token:
+            hadoop.set(f"fs.s3a.bucket.{bucket}.session.token", keys.session_token)
 
 
 def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSession:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 from pyspark.sql import SparkSession
 
 from spark_app.contract import S3Keys
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm.session import s3a_conf
+from spark_app.runtime.jvm.session import reach_bucket
 from spark_app.state.tables import TableRef
-from spark_app.storage import RetryPolicy, S3Location, Storage
+from spark_app.storage import RetryPolicy, Storage
 
 
 def hadoop_uri(uri: str) -> str:
@@ -46,17 +45,4 @@ class TableLocation:
 
     def configure(self, spark: SparkSession) -> None:
         """Lets Spark reach the table's bucket (nothing to do for a folder)."""
-        if self.folder.kind != "s3":
-            return
-        bucket = S3Location.parse(self.folder.root).bucket
-        hadoop: Any = spark.sparkContext._jsc.hadoopConfiguration()
-        for key, value in s3a_conf(self.folder).items():
-            hadoop.set(f"fs.s3a.bucket.{bucket}.{key.removeprefix('spark.hadoop.fs.s3a.')}", value)
-        if self.keys is not None:
-            provider = ("org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider" if self.keys.session_token
-                        else "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider")
-            hadoop.set(f"fs.s3a.bucket.{bucket}.aws.credentials.provider", provider)
-            hadoop.set(f"fs.s3a.bucket.{bucket}.access.key", self.keys.access_key_id)
-            hadoop.set(f"fs.s3a.bucket.{bucket}.secret.key", self.keys.secret_access_key)
-            if self.keys.session_token:
-                hadoop.set(f"fs.s3a.bucket.{bucket}.session.token", self.keys.session_token)
+        reach_bucket(spark, self.folder, self.keys)
