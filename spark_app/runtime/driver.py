@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
-from spark_app.runtime import startup
+from spark_app.runtime import scratch, startup
 from spark_app.runtime.commit import (
     BatchHandler,
     StateDamaged,
@@ -162,6 +163,8 @@ class Driver:
         if not self._pipeline.queries:
             raise PipelineError("the pipeline has no outputs: declare one with spark_app.io.<format>.write(...)")
         self._moments["declared"] = time.time()
+        # Now that this driver's own scratch folders are held, and its log is set up.
+        scratch.sweep_once(tempfile.gettempdir())
         previous = self._install_signal_handlers()
         try:
             self._start()

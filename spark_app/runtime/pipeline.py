@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 
 from spark_app import contract
 from spark_app.persistence import Backend, Config
+from spark_app.runtime import scratch
 from spark_app.runtime.jvm.session import build_session, reach_bucket, spark_conf
 from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
@@ -124,7 +125,7 @@ class Pipeline:
         self.shared: dict[str, TableInput] = {}
         """The shared tables it reads, by persistent id."""
         self._spark: SparkSession | None = None
-        self._context_dir = tempfile.mkdtemp(prefix="spark_app-")
+        self._context_dir, _ = scratch.owned_folder("context")  # its lock is held for the process's life
         atexit.register(shutil.rmtree, self._context_dir, True)
         self.context_path = os.path.join(self._context_dir, "context.json")
         self._generated = 0

@@ -16,10 +16,8 @@ job per partition and so the batch's last stage one task at a time.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import re
 import shutil
 import struct
 import tempfile
@@ -28,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame
 
-from spark_app.state.session import pid_exists
+from spark_app.runtime import scratch
 
 log = logging.getLogger("spark_app")
 
@@ -55,9 +53,10 @@ def fetch(chunks: DataFrame) -> Iterator[tuple[bytes, int]]:
     spark.driver.maxResultSize (1 GiB unless set) is fetched a partition a job instead."""
     spark = chunks.sparkSession
     files = spark.sparkContext._jvm.dev.sparkapp.sinks.PartitionFiles  # type: ignore[union-attr]
+    # A scratch folder: a driver killed mid-fetch leaves it to the next one to remove.
     parent = _local_dir(spark.conf.get("spark.local.dir", None)) or tempfile.gettempdir()
-    sweep_once(parent)
-    folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-", dir=parent)
+    scratch.sweep_once(parent)
+    folder, lock = scratch.owned_folder("batch", parent)
     try:
         try:
             partitions = files.write(chunks._jdf, folder)
@@ -78,27 +77,7 @@ def fetch(chunks: DataFrame) -> Iterator[tuple[bytes, int]]:
             os.remove(path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-_FOLDER_PREFIX = "spark_app-batch-"
-_FOLDER = re.compile(re.escape(_FOLDER_PREFIX) + r"(\d+)-")
-
-
-@functools.cache
-def sweep_once(parent: str) -> list[str]:
-    """Removes the batch folders that drivers killed mid-fetch left in ``parent`` (their
-    process is gone), once per process and folder; returns their names. A local driver
-    restarted after kill -9 shares /tmp with its predecessor; a pod's emptyDir outlives a
-    container restart."""
-    removed = []
-    for name in sorted(os.listdir(parent)):
-        found = _FOLDER.match(name)
-        if found and not pid_exists(int(found.group(1))):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-            removed.append(name)
-    if removed:
-        log.info("removed %d batch folders of drivers that ended mid-batch from %s", len(removed), parent)
-    return removed
+        os.close(lock)
 
 
 def _local_dir(configured: str | None) -> str | None:

@@ -9,8 +9,10 @@ that workers run.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from spark_app import contract
 from spark_app.persistence import Backend
+from spark_app.runtime import scratch
 from spark_app.runtime.jvm import class_archive, state_stores
 from spark_app.runtime.jvm.jars import jars_dir
 from spark_app.runtime.jvm.worker_python import worker_python
@@ -162,6 +165,13 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
                .config("spark.executor.extraClassPath", classpath))
     # In Kubernetes execution, executors are built from the operator's pod template.
     settings = {**conf, **contract.executor_pod_template_conf(os.environ, tempfile.gettempdir())}
+    if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
+        # Spark's local folder (shuffle blocks, the state stores' working copies) is a
+        # scratch folder, which the next driver on this disk removes if this one is killed.
+        # Its lock stays held for the process's life; a clean exit removes it.
+        local_dir, _ = scratch.owned_folder("spark")
+        atexit.register(shutil.rmtree, local_dir, True)
+        settings["spark.local.dir"] = local_dir
     archive = class_archive.java_options(jars)
     if archive:
         # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).

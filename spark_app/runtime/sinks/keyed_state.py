@@ -16,17 +16,16 @@ when it was copied and stored in line.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import shutil
 import sqlite3
-import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from spark_app.runtime.scratch import owned_folder
 from spark_app.state.records import OutputSnapshot
 from spark_app.storage import Storage
 
@@ -59,61 +58,10 @@ def _row_of(line: bytes, record: dict[str, Any], time_ms: Any, diff: Any) -> str
     return json.dumps(record, separators=(",", ":"))
 
 
-_FOLDER_PREFIX = "spark_app-output-"
-_OWNER = ".owner"
-_swept = False
-"""Whether this process has removed the folders that killed drivers left (once is enough)."""
-
-
-def _owned_folder() -> tuple[str, int]:
-    """A new private folder, and the descriptor of the lock that says its process lives.
-
-    The lock file is locked under another name and then renamed into place, so a sweep
-    never finds it free while its owner lives; the kernel releases it however the
-    process ends."""
-    folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX)
-    staging = os.path.join(folder, _OWNER + "-staging")
-    lock = os.open(staging, os.O_CREAT | os.O_WRONLY, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    os.rename(staging, os.path.join(folder, _OWNER))
-    return folder, lock
-
-
-def sweep_abandoned() -> int:
-    """Removes the state folders of drivers that are gone: a killed driver never removes
-    its own (a gigabyte at 16M keys), and a relaunch on the same disk would pile them up.
-    A folder without an owner's lock is being made, or not ours to judge: it stays."""
-    parent, removed = tempfile.gettempdir(), 0
-    for name in os.listdir(parent):
-        if not name.startswith(_FOLDER_PREFIX):
-            continue
-        folder = os.path.join(parent, name)
-        try:
-            lock = os.open(os.path.join(folder, _OWNER), os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # its driver lives (this one's included: a lock per open file)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
-        finally:
-            os.close(lock)
-    return removed
-
-
 class OutputState:
     def __init__(self, key_columns: Sequence[str]) -> None:
-        global _swept
-        if not _swept:
-            _swept = True
-            if removed := sweep_abandoned():
-                log.info("removed the output state folders of %d drivers that were killed, in %s", removed,
-                         tempfile.gettempdir())
         self._key_columns = tuple(key_columns)
-        self._folder, self._lock = _owned_folder()
+        self._folder, self._lock = owned_folder("output")
         self._path = os.path.join(self._folder, "state.sqlite")
         self._db = self._connect(self._path)
 
