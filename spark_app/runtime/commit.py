@@ -347,3 +347,21 @@ def _planned_batches(snapshots: Storage, query: str) -> list[str]:
     """The entries of the query's offset log (named by their batch, without temporary files)."""
     return [key for key in snapshots.list(join("checkpoints", query, "offsets") + "/")
             if key.rpartition("/")[2].isdigit()]
+
+
+def planned_first_batches(snapshots: Storage, queries: Mapping[str, QuerySpec],
+                          heads: Mapping[str, QueryHead]) -> dict[str, dict[str, Any]]:
+    """Per streaming query that has committed no batch, the offsets of the first batch a
+    killed driver planned in Spark's offset log (which Spark replays as planned), by
+    persistent id; a query with no such plan is left out. Before its first commit a query
+    has planned at most batch 0: Spark plans the next one only once a batch is done."""
+    planned = {}
+    for name, spec in queries.items():
+        if spec.df is None or name in heads:
+            continue
+        try:
+            lines = snapshots.read(join("checkpoints", name, "offsets", "0")).decode().splitlines()
+        except NotFound:
+            continue
+        planned[name] = offsets_by_source(name, spec.sources, lines[2:])
+    return planned

@@ -35,6 +35,7 @@ from spark_app.runtime.commit import (
     check_checkpoints,
     clear_unplanned,
     offsets_by_source,
+    planned_first_batches,
 )
 from spark_app.runtime.jvm import state_stores
 from spark_app.runtime.jvm.session import spark_conf
@@ -208,7 +209,8 @@ class Driver:
                      if table.kind == BACKFILL}
             readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
                               self._reset_hint(metadata.root_uri), plans)
-            readers.open(self._session.heads)
+            readers.open(self._session.heads,
+                         planned_first_batches(snapshots, self._pipeline.queries, self._session.heads))
             self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})

@@ -99,8 +99,12 @@ class Readers:
     def inputs(self) -> Mapping[str, TableInput]:
         return self._inputs
 
-    def open(self, heads: Mapping[str, QueryHead]) -> None:
-        """Registers every hold; raises ``HoldBroken`` for a table that lost what this reader needs."""
+    def open(self, heads: Mapping[str, QueryHead], planned: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """Registers every hold; raises ``HoldBroken`` for a table that lost what this reader needs.
+
+        ``planned``: per query that has committed no batch, the offsets of the first batch a
+        killed driver planned in Spark's offset log, by persistent id. Spark replays that
+        plan as it is, so a changelog holds the version it reads, not the latest."""
         for pid, table in self._inputs.items():
             if table.kind == LOOKUP:
                 self._open_lookup(pid)
@@ -111,7 +115,7 @@ class Readers:
                 pending = backfill_needed(0, self._plans[pid]) if not committed else None
                 self._open_changelog(pid, {q: v for q, v in positions.items() if v is not None}, pending)
             else:
-                self._open_changelog(pid, _positions(pid, heads))
+                self._open_changelog(pid, {**_planned_positions(pid, planned or {}), **_positions(pid, heads)})
 
     def _open_changelog(self, pid: str, positions: dict[str, int], pending: int | None = None) -> None:
         registry, reader, table = self._registries[pid], self._ids[pid], self._inputs[pid]
@@ -222,3 +226,10 @@ def _positions(pid: str, heads: Mapping[str, QueryHead]) -> dict[str, int]:
     """The version each query that has committed a position in a changelog still needs."""
     return {query: ChangelogPosition.from_offset(head.offsets[pid]).needed
             for query, head in heads.items() if pid in head.offsets}
+
+
+def _planned_positions(pid: str, planned: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """The version each query that has planned, and not committed, its first batch in a
+    changelog needs for it."""
+    return {query: ChangelogPosition.from_offset(dict(offsets[pid])).needed
+            for query, offsets in planned.items() if pid in offsets}

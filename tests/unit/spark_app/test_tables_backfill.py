@@ -230,3 +230,25 @@ def test_a_refused_readers_hold_does_not_lower_the_frontier_and_let_it_start(tmp
     # Nor does the refused reader's hold keep compaction at version 8 for good: it is gone.
     assert table.registry.hold(ReaderId("shop", "tiers", "customers")) is None
     assert frontier(table.registry.holds(), latest=9, margin_version=9, recorded=8) == 9
+
+
+def test_a_changelog_reader_killed_before_its_first_commit_holds_the_version_its_planned_batch_reads(
+        tmp_path: Path) -> None:
+    """Its first driver planned batch 0 at version 4 (Spark's offset log) and was killed
+    before committing it; the next driver replays that very plan, reading version 4's
+    contents. Holding the table's latest version instead (as a first start does) let
+    compaction delete version 4's files, and the replay failed (FAILED_READ_FILE.FILE_NOT_EXIST,
+    seen in make test-chaos on S3)."""
+    table = Table(tmp_path, latest=4)
+    location = table.input.location
+    changelog = Readers({"customers": TableInput("customers", CHANGELOG, location)}, "shop/tiers", "state-1",
+                        "reset it", clock=lambda: 1.0)
+    changelog.open({})
+    assert table.hold() == (4, 4, CHANGELOG)
+    table.grow(12)
+    planned = {"tiers": {"customers": {"reservoirId": "t", "reservoirVersion": 4, "index": -1,
+                                       "isStartingVersion": True}}}
+    changelog.open({}, planned)
+    assert table.hold() == (4, 4, CHANGELOG)
+    changelog.open({}, {})  # nothing planned: a first start
+    assert table.hold() == (12, 12, CHANGELOG)
