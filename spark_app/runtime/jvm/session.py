@@ -168,10 +168,11 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
     if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
         # Spark's local folder (shuffle blocks, the state stores' working copies) is a
         # scratch folder, which the next driver on this disk removes if this one is killed.
-        # Its lock stays held for the process's life; a clean exit removes it.
+        # Its lock stays held for the process's life; a clean exit removes it. Given to the
+        # JVM in its environment: Spark warns of spark.local.dir whenever it is set.
         local_dir, _ = scratch.owned_folder("spark")
         atexit.register(shutil.rmtree, local_dir, True)
-        settings["spark.local.dir"] = local_dir
+        os.environ["SPARK_LOCAL_DIRS"] = local_dir
     archive = class_archive.java_options(jars)
     if archive:
         # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
