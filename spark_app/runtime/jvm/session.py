@@ -165,11 +165,13 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
                .config("spark.executor.extraClassPath", classpath))
     # In Kubernetes execution, executors are built from the operator's pod template.
     settings = {**conf, **contract.executor_pod_template_conf(os.environ, tempfile.gettempdir())}
+    local_dir = None
     if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
         # Spark's local folder (shuffle blocks, the state stores' working copies) is a
         # scratch folder, which the next driver on this disk removes if this one is killed.
         # Its lock stays held for the process's life; a clean exit removes it. Given to the
-        # JVM in its environment: Spark warns of spark.local.dir whenever it is set.
+        # JVM alone, in the environment it starts with (Spark warns of spark.local.dir
+        # whenever it is set; processes this one starts later make their own).
         local_dir, _ = scratch.owned_folder("spark")
         atexit.register(shutil.rmtree, local_dir, True)
         os.environ["SPARK_LOCAL_DIRS"] = local_dir
@@ -180,6 +182,10 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
         settings["spark.driver.defaultJavaOptions"] = f"{archive} {own}".strip()
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    finally:
+        if local_dir is not None:
+            os.environ.pop("SPARK_LOCAL_DIRS", None)
     session.sparkContext.setLogLevel(log_level)
     return session
