@@ -257,15 +257,10 @@ class BatchHandler:
             self._snapshot_of = head.batch
 
     def _read_offsets(self, batch_id: int) -> tuple[int, dict[str, Any]]:
-        """The batch's time and its sources' end offsets, from Spark's offset log: one line
-        per source, in the order Spark numbers the query's sources (``spec.sources``)."""
-        key = join("checkpoints", self._name, "offsets", str(batch_id))
         try:
-            lines = self._snapshots.read(key).decode().splitlines()
+            return read_planned(self._snapshots, self._name, self._spec.sources, batch_id)
         except NotFound:
             raise StateDamaged(f"Spark's offset log has no entry for batch {batch_id} of {self._name}") from None
-        metadata = json.loads(lines[1])
-        return int(metadata.get("batchTimestampMs", 0)), offsets_by_source(self._name, self._spec.sources, lines[2:])
 
     def _counters(self, head: QueryHead | None, offsets: dict[str, Any],
                   skipped: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
@@ -279,6 +274,15 @@ class BatchHandler:
             for name, n in skipped.get(pid, {}).items():
                 counters[pid][name] = previous.get(name, 0) + n
         return counters
+
+
+def read_planned(snapshots: Storage, query: str, sources: Sequence[str], batch_id: int) -> tuple[int, dict[str, Any]]:
+    """A planned batch's time and its sources' end offsets, from Spark's offset log: one
+    line per source, in the order Spark numbers the query's sources (``sources``). Raises
+    ``NotFound`` if the batch has no entry."""
+    lines = snapshots.read(join("checkpoints", query, "offsets", str(batch_id))).decode().splitlines()
+    metadata = json.loads(lines[1])
+    return int(metadata.get("batchTimestampMs", 0)), offsets_by_source(query, sources, lines[2:])
 
 
 def offsets_by_source(query: str, sources: Sequence[str], lines: Sequence[str]) -> dict[str, Any]:
@@ -330,7 +334,8 @@ def clear_unplanned(snapshots: Storage, queries: Sequence[str]) -> None:
     folder. On a volume it writes each entry to a hidden temporary file and renames it, so
     a driver killed or frozen in between leaves the file and no entry, and Spark refused
     every later start. A query without an entry has planned nothing: whatever its folder
-    holds is such a leftover, and goes. (On S3 an entry appears whole or not at all.)"""
+    holds is such a leftover, and goes. (On S3 an entry appears whole or not at all.)
+    ``queries``: those without a commit (one with a commit has entries: check_checkpoints)."""
     for name in queries:
         if _planned_batches(snapshots, name):
             continue
@@ -360,8 +365,7 @@ def planned_first_batches(snapshots: Storage, queries: Mapping[str, QuerySpec],
         if spec.df is None or name in heads:
             continue
         try:
-            lines = snapshots.read(join("checkpoints", name, "offsets", "0")).decode().splitlines()
+            planned[name] = read_planned(snapshots, name, spec.sources, 0)[1]
         except NotFound:
             continue
-        planned[name] = offsets_by_source(name, spec.sources, lines[2:])
     return planned

@@ -214,7 +214,7 @@ class Driver:
             self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
-        clear_unplanned(snapshots, sorted(streaming))
+        clear_unplanned(snapshots, sorted(streaming - self._session.heads.keys()))
         # Dead letters on S3 are reached as the state is, or, with state on a volume, as the sources are.
         s3 = config.snapshot_storage.s3_options if config.snapshot_storage.kind == "s3" else environment.s3
         beside_output = config.dead_letter_uri or self._pipeline.default_dead_letter()
