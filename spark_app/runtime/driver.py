@@ -420,6 +420,7 @@ class Driver:
             query.stop()
 
     def _fail(self, error: BaseException) -> int:
+        error = self._superseded(error) or error
         code = exit_code_for(error)
         message = str(error) if code != contract.EXIT_FAILED else f"{type(error).__name__}: {_first_line(str(error))}"
         if code == contract.EXIT_FAILED:
@@ -437,6 +438,21 @@ class Driver:
             self._reporter.close(timeout=2.0)
         contract.write_termination_message(message, self._pipeline.environment.termination_log)
         return code
+
+    def _superseded(self, error: BaseException) -> Fenced | None:
+        """The fencing behind a failure, if a newer driver has taken over: a stale driver
+        trips over the newer one's files (Spark's rename of a query's metadata file into a
+        place the newer driver filled raises FileAlreadyExistsException), and such a failure
+        is its fencing, not the pipeline's fault."""
+        if self._session is None or exit_code_for(error) in (contract.EXIT_FENCED, contract.EXIT_STORAGE_UNAVAILABLE):
+            return None  # an outage would only hold this check up for the outage budget again
+        try:
+            self._session.check_not_fenced()
+        except Fenced as fenced:
+            return Fenced(f"{fenced} (what it tripped over: {type(error).__name__}: {_first_line(str(error))})")
+        except Exception:  # noqa: BLE001 - the check is a refinement; the first error stands
+            pass
+        return None
 
     def _close_outputs(self) -> None:
         for spec in self._pipeline.queries.values():

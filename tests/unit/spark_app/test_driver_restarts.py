@@ -106,3 +106,40 @@ def test_a_lookup_hold_refresh_that_fails_never_stops_the_lease_renewal() -> Non
     run_lease_thread(lambda: contract.DriverReport(epoch=1, stored_epoch=0, state="running"),
                      SimpleNamespace(refresh_lookups=failing_refresh))
     assert len(refreshes) >= 2, refreshes
+
+
+def test_a_stale_driver_whose_spark_trips_over_the_newer_driver_s_files_exits_fenced(tmp_path) -> None:
+    """A driver frozen while Spark renamed a query's metadata file into place, thawed after
+    a newer driver wrote that file, failed ``query.start()`` with Spark's
+    FileAlreadyExistsException and exited 1, "failed", although it was only superseded (seen
+    in the Kafka sink's stale-driver test). A failure of a driver that a newer epoch has
+    superseded is its fencing: it exits fenced and says what it tripped over."""
+    from spark_app import contract
+    from spark_app.runtime.driver import Driver
+    from spark_app.state.identity import Manifest
+    from spark_app.state.session import Holder, StateSession
+    from spark_app.storage import FilesystemStorage
+
+    storage = FilesystemStorage(str(tmp_path / "state"))
+    stale = StateSession.open(storage, Manifest(), holder=Holder.this_process("p"), requested_epoch=1)
+    tripped = RuntimeError("org.apache.hadoop.fs.FileAlreadyExistsException: rename destination "
+                           "checkpoints/even/metadata already exists")
+
+    def failed_with(error: BaseException) -> tuple[int, str]:
+        driver = object.__new__(Driver)
+        driver._session = stale  # type: ignore[attr-defined]
+        driver._planners = []  # type: ignore[attr-defined]
+        driver._queries = {}  # type: ignore[attr-defined]
+        driver._reporter = None  # type: ignore[attr-defined]
+        termination_log = tmp_path / "termination-log"
+        driver._pipeline = SimpleNamespace(  # type: ignore[attr-defined]
+            queries={}, environment=SimpleNamespace(termination_log=str(termination_log)))
+        return driver._fail(error), termination_log.read_text()
+
+    assert failed_with(tripped)[0] == contract.EXIT_FAILED  # not superseded: a failure
+
+    StateSession.open(storage, Manifest(), holder=Holder.this_process("p"), requested_epoch=2)
+    code, message = failed_with(tripped)
+    assert code == contract.EXIT_FENCED
+    assert message.startswith("driver epoch 1 was superseded: metadata log entry 2 was written by epoch 2"), message
+    assert "what it tripped over: RuntimeError: org.apache.hadoop.fs.FileAlreadyExistsException" in message
