@@ -42,6 +42,8 @@ log = logging.getLogger("spark_app")
 _STATE_STORE = "org.apache.spark.sql.execution.streaming.state.StateStore$"
 _ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDB"
+_STATE_MACHINE = "org$apache$spark$sql$execution$streaming$state$RocksDBStateStoreProvider$$stateMachine"
+"""The provider's RocksDBStateMachine (public in the bytecode, Scala-private in the source)."""
 MIN_DELTAS_FOR_SNAPSHOT = 10
 """Spark's default: a store snapshots at least every 10 versions (session.py)."""
 
@@ -73,13 +75,14 @@ class _Reflection:
         field.setAccessible(True)
         return field
 
-    def rocksdbs(self, checkpoint: str | None = None) -> list[Any]:
+    def rocksdbs(self, checkpoint: str | None = None) -> list[tuple[Any, Any]]:
         """The RocksDB instances of the stores loaded in this JVM, or of those under the
-        ``checkpoint`` folder only (a query's). Taken from a copy of the map, which Spark's
-        tasks change as they load stores."""
+        ``checkpoint`` folder only (a query's), each with its provider's state machine.
+        Taken from a copy of the map, which Spark's tasks change as they load stores."""
         entries = self.module_member("loadedProviders").clone().iterator()
         provider_class = self.jvm.java.lang.Class.forName(_ROCKSDB_PROVIDER)
         rocksdb = self.field(provider_class, "rocksDB")
+        machine = provider_class.getMethod(_STATE_MACHINE, self._gateway.new_array(self.jvm.java.lang.Class, 0))
         found = []
         while entries.hasNext():
             entry = entries.next()
@@ -89,7 +92,7 @@ class _Reflection:
             if provider_class.isInstance(provider):
                 db = rocksdb.get(provider)
                 if db is not None:
-                    found.append(db)
+                    found.append((db, machine.invoke(provider, self._gateway.new_array(self.jvm.java.lang.Object, 0))))
         return found
 
 
@@ -153,11 +156,20 @@ def _snapshot_last_versions(reflection: _Reflection, checkpoint: str | None = No
     option_class = jvm.java.lang.Class.forName("scala.Option")
     last_snapshot = reflection.field(rocksdb_class, "lastSnapshotVersion")
     queued = 0
-    for db in reflection.rocksdbs(checkpoint):
-        version = db.loadedVersion()
-        if version <= 0 or last_snapshot.getLong(db) >= version:
+    for db, machine in reflection.rocksdbs(checkpoint):
+        # The store is taken as a task takes it (its state machine's stamp, held from load
+        # to commit), so that no task loads it and no unload closes it meanwhile: a native
+        # checkpoint of a database being closed crashed the JVM (SIGSEGV in RocksDB's
+        # CreateCheckpoint, once in a make test). A closed store refuses the stamp.
+        try:
+            stamp = machine.acquireStamp()
+        except Exception as error:  # noqa: BLE001 - closed, or a task holds it past the wait: its commit snapshots
+            log.debug("not snapshotting a state store Spark holds or has closed: %s", error)
             continue
         try:
+            version = db.loadedVersion()
+            if version <= 0 or last_snapshot.getLong(db) >= version:
+                continue
             created = reflection.call(rocksdb_class, db, "createSnapshot", (jvm.java.lang.Long.TYPE, jvm.java.lang.Long.valueOf(version)),
                                       (option_class, db.sessionStateStoreCkptId()))
             snapshot = created._1()
@@ -167,4 +179,6 @@ def _snapshot_last_versions(reflection: _Reflection, checkpoint: str | None = No
                 queued += 1
         except Exception as error:  # noqa: BLE001 - this store's next start replays its changelog
             log.warning("could not snapshot the last version of a state store: %s", error)
+        finally:
+            machine.releaseStamp(stamp, False)
     return queued
