@@ -210,7 +210,8 @@ class Driver:
             readers = Readers(self._pipeline.shared, config.pipeline, self._session.state_id,
                               self._reset_hint(metadata.root_uri), plans)
             readers.open(self._session.heads,
-                         planned_first_batches(snapshots, self._pipeline.queries, self._session.heads))
+                         planned_first_batches(snapshots, self._pipeline.queries, self._session.heads),
+                         {name: spec.tables for name, spec in self._pipeline.queries.items()})
             self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})

@@ -3,9 +3,13 @@
 Before any of its queries starts, a reader registers a hold on each table: at the
 version its last commit says it needs (a restart), or at the latest version (a first
 start, which reads a snapshot at least that new). After each commit the hold moves to
-what that commit says: a changelog's next version, a lookup's version read, a
-backfill's version its last committed plan reached (``backfill_needed``). So the hold is
-always at or below what the reader may still need, whatever moment it dies at.
+what that commit says: for a changelog, the version its batch started at (a driver
+killed before Spark's own commit of the batch has the next one replay it from there;
+the next batch is planned only once Spark has committed this one), and nothing moves it
+past a query's start until every query that reads the table has committed; a lookup's
+version read; a backfill's version its last committed plan reached
+(``backfill_needed``). So the hold is always at or below what the reader may still need,
+whatever moment it dies at.
 
 A reader refuses to start (``HoldBroken``, exit code EXIT_TABLE_VERSIONS_GONE) when it
 needs a version that the publisher no longer keeps: its hold was broken for being too
@@ -94,17 +98,27 @@ class Readers:
         self._registries = {pid: HoldRegistry(i.location.storage) for pid, i in inputs.items()}
         self._needed: dict[str, dict[str, int]] = {}
         """Per input, the version each query that reads it still needs (the hold is the lowest)."""
+        self._ends: dict[str, dict[str, int]] = {}
+        """Per changelog input, the version each query's last commit reached: where its next
+        batch starts, and so what it needs once that batch is committed and Spark's too."""
+        self._opened: dict[str, int] = {}
+        """Per changelog input, the version held at the start: what a query's first batch of
+        this driver may start at when the query had no commit to say (a first start, a
+        batch a killed driver planned)."""
 
     @property
     def inputs(self) -> Mapping[str, TableInput]:
         return self._inputs
 
-    def open(self, heads: Mapping[str, QueryHead], planned: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def open(self, heads: Mapping[str, QueryHead], planned: Mapping[str, Mapping[str, Any]] | None = None,
+             reads: Mapping[str, Iterable[str]] | None = None) -> None:
         """Registers every hold; raises ``HoldBroken`` for a table that lost what this reader needs.
 
         ``planned``: per query that has committed no batch, the offsets of the first batch a
         killed driver planned in Spark's offset log, by persistent id. Spark replays that
-        plan as it is, so a changelog holds the version it reads, not the latest."""
+        plan as it is, so a changelog holds the version it reads, not the latest.
+        ``reads``: the persistent ids of the tables each query reads; a changelog's hold
+        stays at the start's until every query that reads it has committed a batch."""
         for pid, table in self._inputs.items():
             if table.kind == LOOKUP:
                 self._open_lookup(pid)
@@ -115,7 +129,12 @@ class Readers:
                 pending = backfill_needed(0, self._plans[pid]) if not committed else None
                 self._open_changelog(pid, {q: v for q, v in positions.items() if v is not None}, pending)
             else:
-                self._open_changelog(pid, {**_planned_positions(pid, planned or {}), **_positions(pid, heads)})
+                ends = _positions(pid, heads)
+                self._ends[pid] = dict(ends)
+                self._open_changelog(pid, {**_planned_positions(pid, planned or {}), **ends})
+                needed = self._needed.setdefault(pid, {})
+                for query in (q for q, pids in (reads or {}).items() if pid in pids):
+                    needed.setdefault(query, self._opened[pid])  # its first batch starts at or after it
 
     def _open_changelog(self, pid: str, positions: dict[str, int], pending: int | None = None) -> None:
         registry, reader, table = self._registries[pid], self._ids[pid], self._inputs[pid]
@@ -124,17 +143,25 @@ class Readers:
             if broken is not None:
                 registry.clear_broken(reader)  # a predecessor's, before this state was reset
             latest = self._latest(pid)
+            self._opened[pid] = latest
             self._put(pid, latest, latest)
             log.info("table %s: %s holds version %d (first start: it reads the table's contents, then its changes)",
                      table.location.ref, reader, latest)
             return
+        if table.kind == CHANGELOG:
+            # Its commit says where the last batch ended; a replay of that batch (Spark had
+            # not committed it) reads from where it started, which the stored hold still is.
+            stored = registry.hold(reader)
+            if broken is None and stored is not None and stored.state_id == self._state_id:
+                positions = {q: min(v, stored.version) for q, v in positions.items()}
         self._needed[pid] = dict(positions)
         needed = min([*positions.values(), *([] if pending is None else [pending])])
+        self._opened[pid] = needed
         if broken is not None and broken.state_id == self._state_id:
             raise self._gone(pid, needed, broken.reason, broken_hold=True)
         if broken is not None:
             registry.clear_broken(reader)
-        self._put(pid, needed, _next(table.kind, needed))
+        self._put(pid, needed, self._next(pid, needed))
         frontier = registry.frontier()
         if frontier is not None and needed < frontier.version:
             # What it needs is gone: its hold would only keep compaction at the frontier for good.
@@ -164,13 +191,20 @@ class Readers:
             if version is None:
                 continue  # a backfill with no plan read yet, a lookup with no version read: the hold stands
             needed = self._needed.setdefault(pid, {})
+            if table.kind == CHANGELOG:
+                # Held at where this batch started until the next one commits: a driver killed
+                # before Spark's own commit of this batch has the next one replay it from there.
+                ends = self._ends.setdefault(pid, {})
+                started = ends.get(query, self._opened.get(pid, version))
+                ends[query] = version
+                version = min(started, version)
             needed[query] = version
             if table.kind != LOOKUP:  # a lookup never needs history, so a broken hold does not stop it
                 broken = self._registries[pid].broken(self._ids[pid])
                 if broken is not None and broken.state_id == self._state_id:
                     raise self._gone(pid, version, broken.reason, broken_hold=True)
             lowest = min(needed.values())
-            self._put(pid, lowest, _next(table.kind, lowest))
+            self._put(pid, lowest, self._next(pid, lowest))
 
     def _needed_after(self, kind: str, pid: str, offset: dict[str, Any]) -> int | None:
         """The oldest version a query still needs once it committed ``offset``."""
@@ -194,6 +228,16 @@ class Readers:
             self._needed.pop(pid, None)
             self._put(pid, latest, latest + 1)
 
+    def _next(self, pid: str, version: int) -> int:
+        """A hold's first unconsumed version (Hold.next) when it needs ``version``: a lookup
+        or a backfill has read that version; a changelog has read up to where its slowest
+        query's last commit reached (it holds where that batch started)."""
+        kind = self._inputs[pid].kind
+        if kind != CHANGELOG:
+            return version + 1
+        ends = self._ends.get(pid, {})
+        return min([ends.get(q, v) for q, v in self._needed.get(pid, {}).items()] or [version])
+
     def _put(self, pid: str, version: int, next_version: int) -> None:
         self._registries[pid].put(Hold(self._ids[pid], self._inputs[pid].kind, version, next_version,
                                        self._state_id, int(self._clock() * 1000)))
@@ -214,12 +258,6 @@ class Readers:
             broken = Broken(self._ids[pid], self._state_id, needed, 0, reason)
         return HoldBroken(str(self._inputs[pid].location.ref), self._ids[pid], needed,
                           frontier.version if frontier else None, broken, self._hint)
-
-
-def _next(kind: str, version: int) -> int:
-    """A hold's first unconsumed version (Hold.next) when it needs ``version``: a changelog
-    reads that version's changes itself; a lookup or a backfill has read it."""
-    return version if kind == CHANGELOG else version + 1
 
 
 def _positions(pid: str, heads: Mapping[str, QueryHead]) -> dict[str, int]:

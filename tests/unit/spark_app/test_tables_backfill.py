@@ -24,6 +24,7 @@ from spark_app.state.tables import (
     LOOKUP,
     Broken,
     Frontier,
+    Hold,
     HoldBroken,
     HoldRegistry,
     ReaderId,
@@ -252,3 +253,65 @@ def test_a_changelog_reader_killed_before_its_first_commit_holds_the_version_its
     assert table.hold() == (4, 4, CHANGELOG)
     changelog.open({}, {})  # nothing planned: a first start
     assert table.hold() == (12, 12, CHANGELOG)
+
+
+def test_a_changelog_reader_holds_the_start_of_its_last_committed_batch_which_spark_may_replay(
+        tmp_path: Path) -> None:
+    """A driver killed between its commit of a batch and Spark's own commit of it makes the
+    next driver's Spark replay that batch from its start. The hold had moved to the batch's
+    end at the commit, compaction deleted the files of the versions before it, and the replay
+    failed (FAILED_READ_FILE.FILE_NOT_EXIST reading the rest of version 1's contents, seen in
+    make test-chaos on S3, round 9). So a changelog holds where its last committed batch
+    started, through the commit and across a restart, until the next batch commits."""
+    table = Table(tmp_path, latest=1)
+    location = table.input.location
+    reader = ReaderId("shop", "tiers", "customers")
+
+    def readers() -> Readers:
+        return Readers({"customers": TableInput("customers", CHANGELOG, location)}, "shop/tiers", "state-1",
+                       "reset it", clock=lambda: 1.0)
+
+    def at(batch: int, version: int, snapshot: bool = False) -> QueryHead:
+        offset = {"reservoirId": "t", "reservoirVersion": version, "index": 3, "isStartingVersion": snapshot}
+        return QueryHead(batch=batch, batch_time_ms=0, commit_time_ms=0, offsets={"customers": offset})
+
+    first = readers()
+    first.open({})  # a first start: the contents of version 1, then its changes
+    assert table.hold() == (1, 1, CHANGELOG)
+    table.grow(4)
+    first.committed("tiers", at(2, 1, snapshot=True), ["customers"])  # batches 0 to 2: version 1's contents
+    first.committed("tiers", at(3, 2), ["customers"])  # batch 3: the rest of them, then version 2's changes
+    assert table.hold() == (1, 2, CHANGELOG)  # a replay of batch 3 reads version 1's contents again
+    # Killed here, before Spark's commit of batch 3: the next driver replays it.
+    resumed = readers()
+    resumed.open({"tiers": at(3, 2)})
+    assert table.hold() == (1, 2, CHANGELOG)
+    resumed.committed("tiers", at(4, 3), ["customers"])  # Spark commits batch 3 before it plans batch 4
+    assert table.hold() == (2, 3, CHANGELOG)
+    # A hold stored by another state of the reader, or broken, says nothing of this one's replays.
+    table.registry.put(Hold(reader, CHANGELOG, 0, 0, "state-0", 1))
+    readers().open({"tiers": at(4, 3)})
+    assert table.hold() == (3, 3, CHANGELOG)
+
+
+def test_a_changelog_read_by_two_queries_holds_the_start_until_both_have_committed(tmp_path: Path) -> None:
+    """Both queries of a pipeline read the table from a first start at version 1; the first
+    one's commits moved the hold on while the second had committed nothing, and a replay
+    of the second one's first batch would read version 1's contents."""
+    table = Table(tmp_path, latest=1)
+    readers = Readers({"customers": TableInput("customers", CHANGELOG, table.input.location)}, "shop/tiers",
+                      "state-1", "reset it", clock=lambda: 1.0)
+    readers.open({}, {}, {"tiers": ["customers"], "changes": ["customers"], "other": ["orders"]})
+    table.grow(5)
+
+    def at(batch: int, version: int) -> QueryHead:
+        offset = {"reservoirId": "t", "reservoirVersion": version, "index": -1, "isStartingVersion": False}
+        return QueryHead(batch=batch, batch_time_ms=0, commit_time_ms=0, offsets={"customers": offset})
+
+    for batch, version in enumerate((2, 3, 4)):
+        readers.committed("tiers", at(batch, version), ["customers"])
+    assert table.hold() == (1, 1, CHANGELOG)
+    readers.committed("changes", at(0, 4), ["customers"])
+    assert table.hold() == (1, 4, CHANGELOG)  # its batch 0 started at version 1: a replay reads it
+    readers.committed("changes", at(1, 5), ["customers"])
+    assert table.hold() == (3, 4, CHANGELOG)  # tiers' batch 2 started at version 3
