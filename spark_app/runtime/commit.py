@@ -354,6 +354,19 @@ def _planned_batches(snapshots: Storage, query: str) -> list[str]:
             if key.rpartition("/")[2].isdigit()]
 
 
+def settled_queries(snapshots: Storage, heads: Mapping[str, QueryHead]) -> set[str]:
+    """The queries whose last committed batch Spark has committed too (its commit log has
+    the batch), so that Spark plans the next one rather than replaying it."""
+    settled = set()
+    for name, head in heads.items():
+        try:
+            snapshots.read(join("checkpoints", name, "commits", str(head.batch)))
+        except NotFound:
+            continue
+        settled.add(name)
+    return settled
+
+
 def planned_first_batches(snapshots: Storage, queries: Mapping[str, QuerySpec],
                           heads: Mapping[str, QueryHead]) -> dict[str, dict[str, Any]]:
     """Per streaming query that has committed no batch, the offsets of the first batch a

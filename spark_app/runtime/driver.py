@@ -36,6 +36,7 @@ from spark_app.runtime.commit import (
     clear_unplanned,
     offsets_by_source,
     planned_first_batches,
+    settled_queries,
 )
 from spark_app.runtime.jvm import state_stores
 from spark_app.runtime.jvm.session import spark_conf
@@ -147,6 +148,7 @@ class Driver:
         self._session: StateSession | None = None
         self._reporter: PodReporter | None = None
         self._readers: Readers | None = None
+        self._snapshots: Storage | None = None
         self._planners: list[Planner] = []
         self._plan_stores: dict[str, PlanStore] = {}
         self._state = "starting"
@@ -189,6 +191,7 @@ class Driver:
         metadata = config.metadata_storage.storage(retry)
         snapshots = config.snapshot_storage.storage(retry)
         snapshots.check_writable()
+        self._snapshots = snapshots
         spark = self._pipeline.spark()
         apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf),
                            requested=config.spark_conf)
@@ -211,7 +214,8 @@ class Driver:
                               self._reset_hint(metadata.root_uri), plans)
             readers.open(self._session.heads,
                          planned_first_batches(snapshots, self._pipeline.queries, self._session.heads),
-                         {name: spec.tables for name, spec in self._pipeline.queries.items()})
+                         {name: spec.tables for name, spec in self._pipeline.queries.items()},
+                         settled_queries(snapshots, self._session.heads))
             self._readers = readers
         streaming = {n for n, q in self._pipeline.queries.items() if q.df is not None}
         check_checkpoints(snapshots, {n: h for n, h in self._session.heads.items() if n in streaming})
@@ -393,6 +397,10 @@ class Driver:
         self._stop_queries(self._options.stop_timeout_s)
         if self._fatal is not None:
             raise self._fatal
+        if self._readers is not None and self._snapshots is not None:
+            # The queries' batches are done: no replay reads where their last ones started.
+            for name in settled_queries(self._snapshots, self.session.heads):
+                self._readers.settled(name)
         for name, handler in self._handlers.items():
             try:
                 handler.snapshot_before_stop(SNAPSHOT_AT_STOP_S)

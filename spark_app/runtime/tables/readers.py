@@ -111,14 +111,17 @@ class Readers:
         return self._inputs
 
     def open(self, heads: Mapping[str, QueryHead], planned: Mapping[str, Mapping[str, Any]] | None = None,
-             reads: Mapping[str, Iterable[str]] | None = None) -> None:
+             reads: Mapping[str, Iterable[str]] | None = None, settled: Iterable[str] = ()) -> None:
         """Registers every hold; raises ``HoldBroken`` for a table that lost what this reader needs.
 
         ``planned``: per query that has committed no batch, the offsets of the first batch a
         killed driver planned in Spark's offset log, by persistent id. Spark replays that
         plan as it is, so a changelog holds the version it reads, not the latest.
         ``reads``: the persistent ids of the tables each query reads; a changelog's hold
-        stays at the start's until every query that reads it has committed a batch."""
+        stays at the start's until every query that reads it has committed a batch.
+        ``settled``: the queries whose last committed batch Spark has committed too (its
+        commit log has it), which no replay reads again."""
+        settled = set(settled)
         for pid, table in self._inputs.items():
             if table.kind == LOOKUP:
                 self._open_lookup(pid)
@@ -131,7 +134,13 @@ class Readers:
             else:
                 ends = _positions(pid, heads)
                 self._ends[pid] = dict(ends)
-                self._open_changelog(pid, {**_planned_positions(pid, planned or {}), **ends})
+                reached = {**_planned_positions(pid, planned or {}), **ends}
+                # A query whose last batch Spark had not committed (its driver was killed in
+                # between) replays it from where it started, which the stored hold still is.
+                started = self._stored_version(pid)
+                if started is not None:
+                    reached = {q: v if q in settled else min(v, started) for q, v in reached.items()}
+                self._open_changelog(pid, reached)
                 needed = self._needed.setdefault(pid, {})
                 for query in (q for q, pids in (reads or {}).items() if pid in pids):
                     needed.setdefault(query, self._opened[pid])  # its first batch starts at or after it
@@ -148,12 +157,6 @@ class Readers:
             log.info("table %s: %s holds version %d (first start: it reads the table's contents, then its changes)",
                      table.location.ref, reader, latest)
             return
-        if table.kind == CHANGELOG:
-            # Its commit says where the last batch ended; a replay of that batch (Spark had
-            # not committed it) reads from where it started, which the stored hold still is.
-            stored = registry.hold(reader)
-            if broken is None and stored is not None and stored.state_id == self._state_id:
-                positions = {q: min(v, stored.version) for q, v in positions.items()}
         self._needed[pid] = dict(positions)
         needed = min([*positions.values(), *([] if pending is None else [pending])])
         self._opened[pid] = needed
@@ -168,6 +171,15 @@ class Readers:
             registry.release(reader)
             raise self._gone(pid, needed, "", broken_hold=False)
         log.info("table %s: %s holds version %d (resumed)", table.location.ref, reader, needed)
+
+    def _stored_version(self, pid: str) -> int | None:
+        """The version this reader's stored hold is at; None if it has none, or one that is
+        broken or of another state of the reader."""
+        registry, reader = self._registries[pid], self._ids[pid]
+        stored = registry.hold(reader)
+        if stored is None or stored.state_id != self._state_id or registry.broken(reader) is not None:
+            return None
+        return stored.version
 
     def _open_lookup(self, pid: str) -> None:
         registry, reader = self._registries[pid], self._ids[pid]
@@ -205,6 +217,17 @@ class Readers:
                     raise self._gone(pid, version, broken.reason, broken_hold=True)
             lowest = min(needed.values())
             self._put(pid, lowest, self._next(pid, lowest))
+
+    def settled(self, query: str) -> None:
+        """Spark has committed the query's last committed batch too (a clean stop's queries
+        have ended), so no replay reads from where it started: its changelogs' holds move to
+        where it ended."""
+        for pid, ends in self._ends.items():
+            needed = self._needed.get(pid, {})
+            if query in ends and query in needed and needed[query] < ends[query]:
+                needed[query] = ends[query]
+                lowest = min(needed.values())
+                self._put(pid, lowest, self._next(pid, lowest))
 
     def _needed_after(self, kind: str, pid: str, offset: dict[str, Any]) -> int | None:
         """The oldest version a query still needs once it committed ``offset``."""

@@ -288,6 +288,13 @@ def test_a_changelog_reader_holds_the_start_of_its_last_committed_batch_which_sp
     assert table.hold() == (1, 2, CHANGELOG)
     resumed.committed("tiers", at(4, 3), ["customers"])  # Spark commits batch 3 before it plans batch 4
     assert table.hold() == (2, 3, CHANGELOG)
+    resumed.settled("tiers")  # a clean stop: Spark has committed batch 4 too, nothing replays it
+    assert table.hold() == (3, 3, CHANGELOG)
+    readers().open({"tiers": at(4, 3)}, settled=["tiers"])
+    assert table.hold() == (3, 3, CHANGELOG)
+    table.registry.put(Hold(reader, CHANGELOG, 2, 3, "state-1", 1))  # killed before Spark's commit of batch 4
+    readers().open({"tiers": at(4, 3)})
+    assert table.hold() == (2, 3, CHANGELOG)
     # A hold stored by another state of the reader, or broken, says nothing of this one's replays.
     table.registry.put(Hold(reader, CHANGELOG, 0, 0, "state-0", 1))
     readers().open({"tiers": at(4, 3)})
