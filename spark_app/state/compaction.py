@@ -69,6 +69,17 @@ def hold_age(hold: Hold, latest: int, timestamp_ms: Timestamps, now_ms: int) -> 
     return HoldAge(hold, behind, None if committed is None else max(0, now_ms - committed))
 
 
+def blocking(ages: Iterable[HoldAge], frontier: int, latest: int) -> list[HoldAge]:
+    """The live holds that keep compaction back: the lowest, at the frontier, below the latest
+    version, of a reader behind it. A current changelog reader holds where its last batch
+    started (a replay reads from there), which keeps that one batch and blocks nothing."""
+    ages = list(ages)
+    lowest = min((a.hold.version for a in ages), default=None)
+    if lowest is None or lowest != frontier or frontier >= latest:
+        return []
+    return [a for a in ages if a.hold.version == lowest and a.behind]
+
+
 def stale(ages: Iterable[HoldAge], max_age_ms: int | None) -> list[HoldAge]:
     """The holds to break: behind for longer than the table's maximum hold age."""
     if max_age_ms is None:

@@ -154,13 +154,12 @@ class Compactor:
             self._storage.delete(path)
         self._log.forget(frontier)
         gone = set(doomed) | set(doomed_log)
-        blocking = min((h.version for h in live), default=None)
+        blocking = {a.hold.reader for a in plan.blocking([a for a in ages if a.hold.reader not in broken],
+                                                          frontier, latest)}
         holders = tuple(
             contract.HolderReport(reader=str(a.hold.reader), kind=a.hold.kind, version=a.hold.version,
                                   behind=a.behind, age_s=None if a.age_ms is None else a.age_ms / 1000,
-                                  broken=a.hold.reader in broken,
-                                  blocking=a.hold.reader not in broken and frontier < latest
-                                  and a.hold.version == blocking == frontier)
+                                  broken=a.hold.reader in broken, blocking=a.hold.reader in blocking)
             for a in sorted(ages, key=lambda a: str(a.hold.reader)))
         result = Round(latest=latest, frontier=frontier, bytes=sum(e.size for e in entries if e.path not in gone),
                        holders=holders, deleted_files=len(doomed), deleted_log_files=len(doomed_log),

@@ -90,6 +90,19 @@ def test_holds_behind_for_longer_than_the_maximum_age_are_broken() -> None:
     assert plan.stale(ages, None) == []
 
 
+def test_the_lowest_hold_of_a_reader_behind_is_what_blocks_compaction_and_a_current_one_blocks_nothing() -> None:
+    """A current changelog reader holds where its last batch started (version 4, all of 5
+    read: a replay of that batch reads from 4), which keeps one batch and is not shown as
+    blocking; a suspended one at the same version, with versions unread, is."""
+    committed = times(v4=0, v5=MINUTE)
+    current = plan.hold_age(hold(4, 6, who="current"), 5, committed, 10 * MINUTE)
+    suspended = plan.hold_age(hold(4, 5, who="suspended"), 5, committed, 10 * MINUTE)
+    assert plan.blocking([current], frontier=4, latest=5) == []
+    assert plan.blocking([current, suspended], frontier=4, latest=5) == [suspended]
+    assert plan.blocking([suspended], frontier=5, latest=5) == []  # nothing left to compact
+    assert plan.blocking([suspended], frontier=5, latest=7) == []  # the margin, not the hold, is at the frontier
+
+
 def test_a_hold_whose_version_is_gone_counts_as_stale() -> None:
     age = plan.hold_age(hold(1), 3, times(v3=0), 10 * MINUTE)
     assert age.age_ms is None and plan.stale([age], 60 * MINUTE) == [age]
