@@ -101,10 +101,6 @@ class Readers:
         self._ends: dict[str, dict[str, int]] = {}
         """Per changelog input, the version each query's last commit reached: where its next
         batch starts, and so what it needs once that batch is committed and Spark's too."""
-        self._opened: dict[str, int] = {}
-        """Per changelog input, the version held at the start: what a query's first batch of
-        this driver may start at when the query had no commit to say (a first start, a
-        batch a killed driver planned)."""
 
     @property
     def inputs(self) -> Mapping[str, TableInput]:
@@ -140,26 +136,26 @@ class Readers:
                 started = self._stored_version(pid)
                 if started is not None:
                     reached = {q: v if q in settled else min(v, started) for q, v in reached.items()}
-                self._open_changelog(pid, reached)
+                held = self._open_changelog(pid, reached)
                 needed = self._needed.setdefault(pid, {})
                 for query in (q for q, pids in (reads or {}).items() if pid in pids):
-                    needed.setdefault(query, self._opened[pid])  # its first batch starts at or after it
+                    needed.setdefault(query, held)  # its first batch starts at or after it
 
-    def _open_changelog(self, pid: str, positions: dict[str, int], pending: int | None = None) -> None:
+    def _open_changelog(self, pid: str, positions: dict[str, int], pending: int | None = None) -> int:
+        """Registers the hold of a changelog or a backfill at the lowest of ``positions`` and
+        ``pending`` (the latest version if there are none); returns the version held."""
         registry, reader, table = self._registries[pid], self._ids[pid], self._inputs[pid]
         broken = registry.broken(reader)
         if not positions and pending is None:
             if broken is not None:
                 registry.clear_broken(reader)  # a predecessor's, before this state was reset
             latest = self._latest(pid)
-            self._opened[pid] = latest
             self._put(pid, latest, latest)
             log.info("table %s: %s holds version %d (first start: it reads the table's contents, then its changes)",
                      table.location.ref, reader, latest)
-            return
+            return latest
         self._needed[pid] = dict(positions)
         needed = min([*positions.values(), *([] if pending is None else [pending])])
-        self._opened[pid] = needed
         if broken is not None and broken.state_id == self._state_id:
             raise self._gone(pid, needed, broken.reason, broken_hold=True)
         if broken is not None:
@@ -171,6 +167,7 @@ class Readers:
             registry.release(reader)
             raise self._gone(pid, needed, "", broken_hold=False)
         log.info("table %s: %s holds version %d (resumed)", table.location.ref, reader, needed)
+        return needed
 
     def _stored_version(self, pid: str) -> int | None:
         """The version this reader's stored hold is at; None if it has none, or one that is
@@ -207,7 +204,7 @@ class Readers:
                 # Held at where this batch started until the next one commits: a driver killed
                 # before Spark's own commit of this batch has the next one replay it from there.
                 ends = self._ends.setdefault(pid, {})
-                started = ends.get(query, self._opened.get(pid, version))
+                started = ends.get(query, needed.get(query, version))  # a first commit: what open held
                 ends[query] = version
                 version = min(started, version)
             needed[query] = version
