@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -194,13 +195,21 @@ def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Pars
     """The objects of JSON-lines ``data``; ``first_line`` numbers its first line in the file.
     Bad lines are found by halving: a few bad lines in a large file cost a few dozen
     parses, not one per line."""
-    try:
-        return Parsed(_read_json(data, schema), [])
-    except _JSON_ERRORS:
-        pass
+    nulls = _NULL_LINES.search(data) is not None
+    if not nulls:
+        try:
+            return Parsed(_read_json(data, schema), [])
+        except _JSON_ERRORS:
+            pass
     lines = [(n, line) for n, line in enumerate(data.splitlines(), start=first_line) if line.strip()]
     tables: list[pa.Table] = []
     rejected: list[Rejected] = []
+    if nulls:
+        # pyarrow reads a `null` line as a row of nulls, and dies (SIGSEGV) on data that
+        # starts with one: such lines never reach it.
+        rejected += [Rejected(n, line.decode("utf-8", "replace"), "expected a JSON object, found null")
+                     for n, line in lines if _NULL_LINE.fullmatch(line)]
+        lines = [(n, line) for n, line in lines if not _NULL_LINE.fullmatch(line)]
     pending = [lines]
     while pending:
         part = pending.pop()
@@ -219,6 +228,9 @@ def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Pars
 
 
 _JSON_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+_NULL_LINE = re.compile(rb"[ \t\r]*null[ \t\r]*")
+"""A JSON-lines line whose value is null (JSON's whitespace around it)."""
+_NULL_LINES = re.compile(rb"^[ \t\r]*null[ \t\r]*$", re.MULTILINE)
 
 
 def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:

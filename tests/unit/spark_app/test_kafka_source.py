@@ -52,6 +52,10 @@ def test_each_json_message_is_one_record_and_the_others_are_set_aside_with_the_r
         6: "holds 2 records; a message must hold one",
         7: "not valid JSON: Expecting value at column 1",
     }
+    # A message `null` first in its run once killed the parser's process (pyarrow).
+    nulls = parse_messages([b"null", b'{"word": "a", "n": 1}', b" null"], WORDS, "json")
+    assert (nulls.kept, nulls.rejected) == ([1], {0: "expected a JSON object, found null",
+                                                  2: "expected a JSON object, found null"})
 
 
 def test_each_csv_message_is_one_record_in_schema_order() -> None:

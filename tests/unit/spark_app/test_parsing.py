@@ -62,6 +62,22 @@ def test_jsonlines_rejects_lines_that_do_not_fit() -> None:
     assert parsed.rejected[2].error == "expected a JSON object, found list"
 
 
+def test_a_json_null_line_is_set_aside_not_read_as_a_row_of_nulls() -> None:
+    # pyarrow reads a line holding only `null` as a row whose columns are all null.
+    parsed = parse_jsonlines(b'{"word":"a","n":1}\n null \n{"word":"b","n":2}\n', WORDS)
+    assert parsed.table.to_pylist() == [{"word": "a", "n": 1}, {"word": "b", "n": 2}]
+    assert [(r.line, r.raw, r.error) for r in parsed.rejected] == [(2, " null ", "expected a JSON object, found null")]
+
+
+def test_a_json_null_first_line_is_set_aside_without_crashing_the_parser() -> None:
+    # pyarrow 26 dies (SIGSEGV) on data whose first line is `null`: the Python worker, then
+    # the task four times, then the driver, and every restart on the same input.
+    parsed = parse_jsonlines(b'null\n{"word":"a","n":1}\n', WORDS)
+    assert parsed.table.to_pylist() == [{"word": "a", "n": 1}]
+    assert [(r.line, r.error) for r in parsed.rejected] == [(1, "expected a JSON object, found null")]
+    assert parse_jsonlines(b"null", WORDS).rejected[0].error == "expected a JSON object, found null"
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.integers(-(2**31), 2**31 - 1).map(str), st.text("abc!", min_size=1, max_size=4)),
                 max_size=30))
