@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime import scratch
+from spark_app.runtime.jvm.json_messages import parse_in_jvm
 from spark_app.runtime.jvm.session import build_session, reach_bucket, spark_conf
 from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
@@ -46,7 +47,13 @@ from spark_app.runtime.sources.delta_table import (
     table_metadata,
 )
 from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
-from spark_app.runtime.sources.kafka import KafkaSourceSpec, KafkaTracker, MessagePlan, ParseMessages
+from spark_app.runtime.sources.kafka import (
+    KafkaSourceSpec,
+    KafkaTracker,
+    MessagePlan,
+    ParseMessages,
+    PendingLetters,
+)
 from spark_app.runtime.tables.changelog import DIFF, ChangelogSource, ChangelogTracker
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.runtime.tables.lookup import lookups_in
@@ -118,6 +125,8 @@ class Pipeline:
         """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
         self.kafka: dict[str, KafkaSourceSpec] = {}
+        self.kafka_letters: dict[str, PendingLetters] = {}
+        """What the JVM's parse of each JSON Kafka source set aside, for the commits to write."""
         """The Kafka sources by persistent id (connections with their credentials)."""
         self.queries: dict[str, QuerySpec] = {}
         self.tables: dict[str, TableSource] = {}
@@ -164,11 +173,15 @@ class Pipeline:
             raise PipelineError(f"Kafka source {spec.persistent_id!r}: columns {clash} are both in the value's "
                                 "schema and among the record's columns; rename the schema's fields or drop them "
                                 "from columns=")
-        output = StructType(list(value.fields) + [raw.schema[c] for c in spec.columns])
-        if spec.value_format == "raw":
-            output = StructType([raw.schema["value"], *output.fields])
         plan = MessagePlan(spec.persistent_id, spec.value_format, to_arrow_schema(value), spec.columns, spec.csv)
-        df = raw.mapInArrow(ParseMessages(plan), output)
+        if spec.value_format == "raw":
+            df = raw.select("value", *spec.columns)
+        elif spec.value_format == "json":
+            df, drain = parse_in_jvm(raw, value, spec.columns, spec.persistent_id)
+            self.kafka_letters[spec.persistent_id] = PendingLetters(plan, value.simpleString(), drain)
+        else:
+            output = StructType(list(value.fields) + [raw.schema[c] for c in spec.columns])
+            df = raw.mapInArrow(ParseMessages(plan), output)
         self.sources[spec.persistent_id] = SourceSpec(spec.persistent_id, f"kafka/{spec.value_format}", spec.location,
                                                       value.simpleString(), False)
         self.kafka[spec.persistent_id] = spec
@@ -360,7 +373,7 @@ class Pipeline:
             if pid in self.tables:
                 trackers[pid] = PlanTracker(snapshots, pid, self.tables[pid].table)
             elif pid in self.kafka:
-                trackers[pid] = KafkaTracker(self.kafka[pid], dead_letter)
+                trackers[pid] = KafkaTracker(self.kafka[pid], dead_letter, pending=self.kafka_letters.get(pid))
             elif pid in self.shared:
                 trackers[pid] = ChangelogTracker(self.shared[pid].location.storage)
             else:

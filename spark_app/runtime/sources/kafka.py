@@ -11,11 +11,14 @@ the same offsets. No consumer group is involved: Spark's source commits none, an
 spark_app never reads one.
 
 Parsing. A message's value is one record (JSON object, CSV record without a header, or the
-raw bytes); ``ParseMessages`` runs in each task over Arrow batches and sets aside what does
-not fit, with topic, partition, offset and the reason, in the dead letters (one object per
-message, named by its offset, spark_app.runtime.sources.dead_letters). The dead-letter location
-reaches tasks as a local property of the query's jobs (``DEAD_LETTER_PROPERTY``), set by
-the driver once it knows it.
+raw bytes); what does not fit goes to the dead letters with topic, partition, offset and the
+reason (one object per message, named by its offset, spark_app.runtime.sources.dead_letters).
+JSON is read in the JVM by Spark's reader (spark_app.runtime.jvm.json_messages): the
+messages it does not keep reach the driver with the tasks' results, and ``PendingLetters``
+writes their letters in the batch's commit, before it counts them. CSV is read in Python
+workers: ``ParseMessages`` runs in each task over Arrow batches and writes the letters at
+the task's end, to the location the driver set as a local property of the query's jobs
+(``DEAD_LETTER_PROPERTY``) once it knew it.
 
 Data loss. Offsets that retention (or a deletion) removed before they were read are found
 by the commit (``KafkaTracker.unreadable``), which lists each partition's first stored
@@ -29,7 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,9 +153,6 @@ class ParseMessages:
 
     def _parse(self, batch: pa.RecordBatch, rejected: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
         plan = self.plan
-        if plan.value_format == "raw":
-            yield from _with_columns(pa.table({"value": batch.column("value")}), batch, plan.columns, None)
-            return
         values = batch.column("value").to_pylist()
         parsed = parse_messages(values, plan.value_schema, plan.value_format, plan.csv)
         if parsed.rejected:
@@ -165,6 +166,60 @@ class ParseMessages:
                 })
         if parsed.table.num_rows:
             yield from _with_columns(parsed.table, batch, plan.columns, parsed.kept)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A message the JVM's JSON parse set aside, as it reached the driver."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    """The value (its first MiB), or None for a tombstone."""
+    length: int
+    """The value's whole length in bytes."""
+
+
+class PendingLetters:
+    """The dead letters of a JSON source's messages that the JVM set aside, written on the
+    driver. Every query that reads the source (one per output) hands over what its tasks
+    set aside; whichever commit comes first writes the letters of all of them, under a lock,
+    so that a commit that counts its batch's letters never finds one half written."""
+
+    def __init__(self, plan: MessagePlan, schema_ddl: str, drain: Callable[[], list[Rejected]]) -> None:
+        self._plan = plan
+        self._ddl = schema_ddl
+        self._drain = drain
+        self._lock = threading.Lock()
+
+    def write(self, dead_letter: Backend) -> None:
+        with self._lock:
+            messages = {(m.topic, m.partition, m.offset): m for m in self._drain()}
+            if not messages:
+                return
+            storage = dead_letter.storage()
+            for (topic, partition, offset), message in sorted(messages.items()):
+                record = {"kind": "row", "topic": topic, "partition": partition, "offset": offset,
+                          "raw": _text(message.value), "error": self.reason(message)}
+                write_dead_letters(storage, self._plan.persistent_id, kafka_origin(topic, partition, offset), [record])
+
+    def reason(self, message: Rejected) -> str:
+        """Why the message was set aside: the Python parser's words, which name the field
+        and the value; where that parser would have kept it, Spark's reader's verdict."""
+        value = message.value
+        if value is None:
+            return "the message has no value (a tombstone)"
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if error.start < len(value) - 3 or message.length == len(value):  # not a character the cut split
+                return f"not valid UTF-8 (byte 0x{value[error.start]:02x} at position {error.start + 1})"
+        if message.length == len(value):  # whole
+            parsed = parse_messages([value], self._plan.value_schema, "json")
+            if parsed.rejected:
+                return parsed.rejected[0]
+        return f"not one JSON object that Spark's JSON reader reads as {self._ddl}"
 
 
 def _with_columns(values: pa.Table, batch: pa.RecordBatch, columns: tuple[str, ...],
@@ -206,10 +261,12 @@ class KafkaTracker:
     caught up when the committed offsets reach every partition's last stable offset;
     counters of offsets read, messages set aside and offsets lost to retention."""
 
-    def __init__(self, spec: KafkaSourceSpec, dead_letter: Backend, admin: Admin | None = None) -> None:
+    def __init__(self, spec: KafkaSourceSpec, dead_letter: Backend, admin: Admin | None = None,
+                 pending: PendingLetters | None = None) -> None:
         self._spec = spec
         self._admin = admin or Admin(spec.connection)
         self._dead_letter = dead_letter
+        self._pending = pending
 
     def check_topics(self) -> None:
         """At start: the topics the source names exist (a pattern waits for its topics)."""
@@ -250,6 +307,9 @@ class KafkaTracker:
         return {"lost": sum(gap.size for gap in found)}
 
     def counters(self, previous: Mapping[str, int], start: Offset | None, end: Offset) -> dict[str, int]:
+        if self._pending is not None:
+            # Before they are counted, and before the commit that makes the batch final.
+            self._pending.write(self._dead_letter)
         first, until = parse_offsets(start or {}), parse_offsets(end)
         pid = self._spec.persistent_id
         # One object per message set aside: counted by their names, not read.

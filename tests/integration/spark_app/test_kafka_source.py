@@ -270,6 +270,43 @@ def test_the_first_start_reads_from_latest_and_a_restart_resumes_from_the_commit
     exact(workspace, range(2, 6))
 
 
+# Values that are not one record of "word STRING, n INT", and the reason in each letter.
+# Spark's JSON reader alone would keep the first of two objects, the last of two equal keys
+# and the text of a number for a string.
+NOT_RECORDS = [
+    (b'{"word": "w1", "n": "five"}', "column 'n': cannot read 'five' as INT"),
+    (b"not json", "not valid JSON: Expecting value at column 1"),
+    (b"null", "expected a JSON object, found null"),
+    (b'[{"word": "w1", "n": 1}]', "expected a JSON object, found list"),
+    (b'{"word": "w1", "n": 1} {"word": "w2", "n": 2}', "holds 2 records; a message must hold one"),
+    (b'{"word": "w1", "n": 1, "n": 2}', "Column(/n) was specified twice in row 0"),
+    (b'{"word": 5, "n": 1}', "column 'word': cannot read '5' as STRING"),
+    (b'{"word": "w\xff", "n": 1}', "not valid UTF-8 (byte 0xff at position 12)"),
+    (b" ", "the message's value is empty"),
+    (None, "the message has no value (a tombstone)"),
+]
+
+
+def test_each_message_that_is_not_one_record_of_the_schema_is_set_aside_with_its_reason(
+        kafka_broker: KafkaBroker, fs_workspace: Workspace) -> None:
+    workspace = fs_workspace
+    topic = kafka_broker.new_topic(partitions=1)
+    produce_files(kafka_broker, topic, range(2), 1)  # offsets 0 to 13, two transaction markers among them
+    kafka_broker.produce(topic, [Message(None, value, partition=0) for value, _ in NOT_RECORDS],
+                         transactional_id=f"feeder-{topic}")
+    produce_files(kafka_broker, topic, range(2, 3), 1)
+    driver = workspace.kafka_driver(kafka_broker.bootstrap_servers, topic, "--stop-when-idle").start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+
+    exact(workspace, range(3))
+    letters = [json.loads(line) for path in (workspace.out / "counts.jsonlines.dead-letter" / "words" / topic).rglob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    assert sorted((r["offset"], r["raw"], r["error"]) for r in letters) == [
+        (14 + i, None if value is None else value.decode("utf-8", "replace"), error)
+        for i, (value, error) in enumerate(NOT_RECORDS)]
+    assert committed(workspace)["sources"]["words"]["malformed"] == len(NOT_RECORDS)  # type: ignore[index]
+
+
 def test_a_missing_topic_stops_the_driver_naming_it(kafka_broker: KafkaBroker, fs_workspace: Workspace) -> None:
     driver = fs_workspace.kafka_driver(kafka_broker.bootstrap_servers, "no-such-topic", "--stop-when-idle").start()
     assert driver.wait() == contract.EXIT_MISCONFIGURED, driver.output()[-3000:]

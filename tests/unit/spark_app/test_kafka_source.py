@@ -26,6 +26,9 @@ from spark_app.runtime.sources.kafka import (
     KafkaDataLost,
     KafkaSourceSpec,
     KafkaTracker,
+    MessagePlan,
+    PendingLetters,
+    Rejected,
     data_lost,
     data_lost_in_spark,
     gaps,
@@ -141,9 +144,10 @@ class ListedOffsets:
         return sorted(self._latest, key=str)
 
 
-def tracker(tmp_path: Path, admin: ListedOffsets, skip_loss: bool = False) -> KafkaTracker:
+def tracker(tmp_path: Path, admin: ListedOffsets, skip_loss: bool = False,
+            pending: PendingLetters | None = None) -> KafkaTracker:
     spec = KafkaSourceSpec("clicks", KafkaConnection("k:9092"), topics=("t",), fail_on_data_loss=not skip_loss)
-    return KafkaTracker(spec, Backend.filesystem(str(tmp_path)), admin)  # type: ignore[arg-type]
+    return KafkaTracker(spec, Backend.filesystem(str(tmp_path)), admin, pending)  # type: ignore[arg-type]
 
 
 def test_the_tracker_counts_offsets_set_aside_messages_and_skipped_ones(tmp_path: Path) -> None:
@@ -198,6 +202,32 @@ def test_each_bad_message_is_set_aside_once_however_the_queries_cut_its_partitio
     cut = counting.counters({}, offsets_json({t2: 7}), offsets_json({t2: 13}))
     assert cut["malformed"] == 0
     assert counting.counters(cut, offsets_json({t2: 13}), offsets_json({t2: 15}))["malformed"] == 2
+
+
+def test_what_the_jvm_set_aside_is_one_letter_a_message_with_the_parser_s_reason_before_it_is_counted(
+        tmp_path: Path) -> None:
+    """The JVM's JSON parse hands the driver what it did not keep; the commit of a query's
+    batch writes the letters, then counts them. Two queries read the source: the second
+    hands over offset 13 again, which stays one letter."""
+    five = b'{"word": "w1", "n": "five"}'
+    handed = [[Rejected("t", 2, 13, five, len(five)), Rejected("t", 2, 14, None, -1)],
+              [Rejected("t", 2, 13, five, len(five)), Rejected("t", 2, 15, b'{"word": "w\xff"}', 14),
+               Rejected("t", 2, 16, b'{"word": "a', 5_000_000)]]  # a 5 MB value, its first MiB kept
+    pending = PendingLetters(MessagePlan("clicks", "json", WORDS, (), CsvFormat(header=False)),
+                             "struct<word:string,n:int>", lambda: handed.pop(0) if handed else [])
+    counting = tracker(tmp_path, ListedOffsets({}, {}), pending=pending)
+    t2 = TopicPartition("t", 2)
+    first = counting.counters({}, offsets_json({t2: 7}), offsets_json({t2: 15}))
+    assert first["malformed"] == 2
+    assert counting.counters(first, offsets_json({t2: 15}), offsets_json({t2: 17}))["malformed"] == 4
+
+    letters = [json.loads(line) for path in sorted(tmp_path.rglob("*.jsonl")) for line in path.read_text().splitlines()]
+    assert [(r["offset"], r["raw"], r["error"]) for r in letters] == [
+        (13, five.decode(), "column 'n': cannot read 'five' as INT"),
+        (14, None, "the message has no value (a tombstone)"),
+        (15, '{"word": "w\ufffd"}', "not valid UTF-8 (byte 0xff at position 12)"),
+        (16, '{"word": "a', "not one JSON object that Spark's JSON reader reads as struct<word:string,n:int>"),
+    ]
 
 
 def test_the_tracker_is_caught_up_when_every_partition_s_records_are_committed(tmp_path: Path) -> None:
