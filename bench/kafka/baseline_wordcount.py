@@ -4,9 +4,9 @@ the JSON values with from_json and writing its update-mode output as JSON lines 
 foreachBatch. No spark_app anywhere. Runs until SIGTERM.
 
 With --parse python the values are parsed in a Python stage (mapInArrow, json.loads)
-instead of the JVM's from_json, as spark_app's Kafka source does in order to set each
-malformed message aside with its error: the benchmark runs this variant too, to tell what
-that stage costs from what the rest of spark_app costs."""
+instead of the JVM's from_json, as spark_app's Kafka source parsed JSON until 2026-11-28
+(and parses CSV still): the benchmark runs this variant too, to tell what such a stage
+costs."""
 
 import argparse
 import json
