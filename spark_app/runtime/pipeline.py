@@ -163,7 +163,8 @@ class Pipeline:
         return df
 
     def add_kafka_source(self, spec: KafkaSourceSpec) -> DataFrame:
-        """Spark's Kafka source, its values parsed in tasks (spark_app.runtime.sources.kafka)."""
+        """Spark's Kafka source, its values parsed in tasks: JSON in the JVM, CSV in Python
+        workers (spark_app.runtime.sources.kafka)."""
         spark = self.spark()
         self._source_id("kafka", spec.location, spec.persistent_id)
         raw = spark.readStream.format("kafka").options(**spec.reader_options()).load()
