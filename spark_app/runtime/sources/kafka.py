@@ -210,11 +210,6 @@ class PendingLetters:
         value = message.value
         if value is None:
             return "the message has no value (a tombstone)"
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError as error:
-            if error.start < len(value) - 3 or message.length == len(value):  # not a character the cut split
-                return f"not valid UTF-8 (byte 0x{value[error.start]:02x} at position {error.start + 1})"
         if message.length == len(value):  # whole
             parsed = parse_messages([value], self._plan.value_schema, "json")
             if parsed.rejected:

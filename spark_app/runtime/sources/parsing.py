@@ -154,12 +154,17 @@ def _parse_csv_by_line(data: bytes, schema: pa.Schema, fmt: CsvFormat, offset: i
 
 
 def _line_problem(line: bytes, fmt: CsvFormat) -> str | None:
+    problem = _utf8_problem(line)
+    if problem is None and _open_quote(line.decode("utf-8").rstrip("\r"), fmt):
+        return "has a quoted field that is not closed on its line"
+    return problem
+
+
+def _utf8_problem(line: bytes) -> str | None:
     try:
-        text = line.decode("utf-8")
+        line.decode("utf-8")
     except UnicodeDecodeError as error:
         return f"is not valid UTF-8 (byte 0x{line[error.start]:02x} at column {error.start + 1})"
-    if _open_quote(text.rstrip("\r"), fmt):
-        return "has a quoted field that is not closed on its line"
     return None
 
 
@@ -195,8 +200,10 @@ def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Pars
     """The objects of JSON-lines ``data``; ``first_line`` numbers its first line in the file.
     Bad lines are found by halving: a few bad lines in a large file cost a few dozen
     parses, not one per line."""
-    nulls = _NULL_LINES.search(data) is not None
-    if not nulls:
+    # Lines pyarrow must not see: it reads a `null` line as a row of nulls, dies (SIGSEGV)
+    # on data that starts with one, and keeps bytes that are not UTF-8 in its strings.
+    screen = _NULL_LINES.search(data) is not None or _utf8_problem(data) is not None
+    if not screen:
         try:
             return Parsed(_read_json(data, schema), [])
         except _JSON_ERRORS:
@@ -204,12 +211,11 @@ def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Pars
     lines = [(n, line) for n, line in enumerate(data.splitlines(), start=first_line) if line.strip()]
     tables: list[pa.Table] = []
     rejected: list[Rejected] = []
-    if nulls:
-        # pyarrow reads a `null` line as a row of nulls, and dies (SIGSEGV) on data that
-        # starts with one: such lines never reach it.
-        rejected += [Rejected(n, line.decode("utf-8", "replace"), "expected a JSON object, found null")
-                     for n, line in lines if _NULL_LINE.fullmatch(line)]
-        lines = [(n, line) for n, line in lines if not _NULL_LINE.fullmatch(line)]
+    if screen:
+        problems = {n: _json_line_problem(line) for n, line in lines}
+        rejected += [Rejected(n, line.decode("utf-8", "replace"), problem)
+                     for n, line in lines if (problem := problems[n]) is not None]
+        lines = [(n, line) for n, line in lines if problems[n] is None]
     pending = [lines]
     while pending:
         part = pending.pop()
@@ -228,9 +234,17 @@ def parse_jsonlines(data: bytes, schema: pa.Schema, first_line: int = 1) -> Pars
 
 
 _JSON_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+
+
 _NULL_LINE = re.compile(rb"[ \t\r]*null[ \t\r]*")
 """A JSON-lines line whose value is null (JSON's whitespace around it)."""
 _NULL_LINES = re.compile(rb"^[ \t\r]*null[ \t\r]*$", re.MULTILINE)
+
+
+def _json_line_problem(line: bytes) -> str | None:
+    if _NULL_LINE.fullmatch(line):
+        return "expected a JSON object, found null"
+    return _utf8_problem(line)
 
 
 def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:

@@ -280,7 +280,7 @@ NOT_RECORDS = [
     (b'[{"word": "w1", "n": 1}]', "expected a JSON object, found list"),
     (b'{"word": "w1", "n": 1} {"word": "w2", "n": 2}', "holds 2 records; a message must hold one"),
     (b'{"word": 5, "n": 1}', "column 'word': cannot read '5' as STRING"),
-    (b'{"word": "w\xff", "n": 1}', "not valid UTF-8 (byte 0xff at position 12)"),
+    (b'{"word": "w\xff", "n": 1}', "is not valid UTF-8 (byte 0xff at column 12)"),
     (b" ", "the message's value is empty"),
     (None, "the message has no value (a tombstone)"),
 ]

@@ -225,7 +225,7 @@ def test_what_the_jvm_set_aside_is_one_letter_a_message_with_the_parser_s_reason
     assert [(r["offset"], r["raw"], r["error"]) for r in letters] == [
         (13, five.decode(), "column 'n': cannot read 'five' as INT"),
         (14, None, "the message has no value (a tombstone)"),
-        (15, '{"word": "w\ufffd"}', "not valid UTF-8 (byte 0xff at position 12)"),
+        (15, '{"word": "w\ufffd"}', "is not valid UTF-8 (byte 0xff at column 12)"),
         (16, '{"word": "a', "not one JSON object that Spark's JSON reader reads as struct<word:string,n:int>"),
     ]
 

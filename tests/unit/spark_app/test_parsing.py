@@ -69,6 +69,15 @@ def test_a_json_null_line_is_set_aside_not_read_as_a_row_of_nulls() -> None:
     assert [(r.line, r.raw, r.error) for r in parsed.rejected] == [(2, " null ", "expected a JSON object, found null")]
 
 
+def test_a_json_line_that_is_not_utf8_is_set_aside_as_csv_lines_are() -> None:
+    # pyarrow kept it: a string column holding bytes that are not UTF-8.
+    parsed = parse_jsonlines(b'{"word":"a","n":1}\n{"word":"w\xff","n":2}\n{"word":"b","n":3}\n', WORDS)
+    assert parsed.table.to_pylist() == [{"word": "a", "n": 1}, {"word": "b", "n": 3}]
+    parsed.table.validate(full=True)
+    assert [(r.line, r.raw, r.error) for r in parsed.rejected] == [
+        (2, '{"word":"w\ufffd","n":2}', "is not valid UTF-8 (byte 0xff at column 11)")]
+
+
 def test_a_json_null_first_line_is_set_aside_without_crashing_the_parser() -> None:
     # pyarrow 26 dies (SIGSEGV) on data whose first line is `null`: the Python worker, then
     # the task four times, then the driver, and every restart on the same input.
