@@ -72,10 +72,10 @@ public final class JsonMessages {
         Dataset<Row> parsed = raw.select(read.toArray(new Column[0]));
         // Judged in a projection, not in the filter: the optimizer would push a filter below
         // the record's projection and parse every message twice. The judgement is
-        // deterministic; what sets a message aside is not, and runs only for the messages
-        // not kept (a CASE evaluates its ELSE only for them). Not deterministic, the whole
-        // keeps the filter and a pipeline's own filters above it: every message read is
-        // judged, whatever the pipeline keeps of it.
+        // deterministic; handing a message over is not, and runs only for the messages not
+        // kept (a CASE evaluates its ELSE only for them). The CASE as a whole is then not
+        // deterministic, which keeps the filter, and a pipeline's own filters, above it:
+        // every message read is judged, whatever the pipeline keeps of it.
         UserDefinedFunction judge = functions.udf(new Judge(stringFields(schema)), DataTypes.BooleanType);
         UserDefinedFunction setAside = functions.udf(new SetAside(rejected), DataTypes.BooleanType)
                 .asNondeterministic();
