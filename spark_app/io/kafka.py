@@ -36,8 +36,8 @@ def read(
     """A streaming DataFrame of the records of a topic, a list of topics or a ``pattern``.
 
     Each message's value is one record: ``format`` ``json`` (one object, fields matched by
-    name, read by Spark's JSON reader; a key given twice counts its last value) or ``csv`` (one line, fields in ``schema`` order) of ``schema`` (a Spark DDL
-    string), or ``raw`` (a ``value`` column of bytes, no schema). ``columns`` keeps any of
+    name, read by Spark's JSON reader; a key given twice counts its last value) or ``csv``
+    (one line, fields in ``schema`` order) of ``schema`` (a Spark DDL string), or ``raw`` (a ``value`` column of bytes, no schema). ``columns`` keeps any of
     key, headers, topic, partition, offset and timestamp beside them. A message that does
     not fit goes to the dead letters with its topic, partition, offset and error, and is
     counted; the pipeline goes on.

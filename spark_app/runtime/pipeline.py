@@ -125,9 +125,9 @@ class Pipeline:
         """The driver's environment, parsed once (spark_app.contract)."""
         self.sources: dict[str, SourceSpec] = {}
         self.kafka: dict[str, KafkaSourceSpec] = {}
+        """The Kafka sources by persistent id (connections with their credentials)."""
         self.kafka_letters: dict[str, PendingLetters] = {}
         """What the JVM's parse of each JSON Kafka source set aside, for the commits to write."""
-        """The Kafka sources by persistent id (connections with their credentials)."""
         self.queries: dict[str, QuerySpec] = {}
         self.tables: dict[str, TableSource] = {}
         """The sources that read a Delta table (by persistent id), backfilled by a planner."""

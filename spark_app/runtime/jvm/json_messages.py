@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from spark_app.runtime.sources.kafka import Rejected
+from spark_app.runtime.sources.kafka import RejectedMessage
 
 
 def parse_in_jvm(raw: DataFrame, schema: StructType, columns: Sequence[str],
-                 persistent_id: str) -> tuple[DataFrame, Callable[[], list[Rejected]]]:
+                 persistent_id: str) -> tuple[DataFrame, Callable[[], list[RejectedMessage]]]:
     """The records of Spark's Kafka rows ``raw`` read as ``schema``, with ``columns`` of
     the Kafka rows after them; and what hands the driver the messages set aside since."""
     spark = raw.sparkSession
@@ -30,8 +30,8 @@ def parse_in_jvm(raw: DataFrame, schema: StructType, columns: Sequence[str],
     jschema = jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())  # type: ignore[union-attr]
     df = DataFrame(messages.parse(raw._jdf, jschema, list(columns), rejected), spark)
 
-    def drain() -> list[Rejected]:
-        return [Rejected(m.topic(), m.partition(), m.offset(),
+    def drain() -> list[RejectedMessage]:
+        return [RejectedMessage(m.topic(), m.partition(), m.offset(),
                          None if m.value() is None else bytes(m.value()), m.length())
                 for m in rejected.drain()]
 

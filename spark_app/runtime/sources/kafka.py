@@ -169,7 +169,7 @@ class ParseMessages:
 
 
 @dataclass(frozen=True)
-class Rejected:
+class RejectedMessage:
     """A message the JVM's JSON parse set aside, as it reached the driver."""
 
     topic: str
@@ -187,7 +187,7 @@ class PendingLetters:
     set aside; whichever commit comes first writes the letters of all of them, under a lock,
     so that a commit that counts its batch's letters never finds one half written."""
 
-    def __init__(self, plan: MessagePlan, schema_ddl: str, drain: Callable[[], list[Rejected]]) -> None:
+    def __init__(self, plan: MessagePlan, schema_ddl: str, drain: Callable[[], list[RejectedMessage]]) -> None:
         self._plan = plan
         self._ddl = schema_ddl
         self._drain = drain
@@ -204,7 +204,7 @@ class PendingLetters:
                           "raw": _text(message.value), "error": self.reason(message)}
                 write_dead_letters(storage, self._plan.persistent_id, kafka_origin(topic, partition, offset), [record])
 
-    def reason(self, message: Rejected) -> str:
+    def reason(self, message: RejectedMessage) -> str:
         """Why the message was set aside: the Python parser's words, which name the field
         and the value; where that parser would have kept it, Spark's reader's verdict."""
         value = message.value

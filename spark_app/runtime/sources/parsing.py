@@ -54,9 +54,7 @@ def parse_csv(data: bytes, schema: pa.Schema, fmt: CsvFormat = CsvFormat(), firs
     data line (after the header), for a block read from the middle of a large file; by
     default ``data`` is the whole file."""
     offset = 0 if first_line is None else first_line - (2 if fmt.header else 1)
-    try:
-        data.decode("utf-8")  # pyarrow cannot hand a row that is not UTF-8 to on_invalid_row
-    except UnicodeDecodeError:
+    if _utf8_problem(data) is not None:  # pyarrow cannot hand a row that is not UTF-8 to on_invalid_row
         return _parse_csv_by_line(data, schema, fmt, offset)
     fast = _parse_csv_fast(data, schema, fmt)
     if fast is not None:
@@ -161,6 +159,8 @@ def _line_problem(line: bytes, fmt: CsvFormat) -> str | None:
 
 
 def _utf8_problem(line: bytes) -> str | None:
+    if line.isascii():  # most input: checked without decoding a copy of it
+        return None
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as error:

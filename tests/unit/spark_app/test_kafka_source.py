@@ -28,7 +28,7 @@ from spark_app.runtime.sources.kafka import (
     KafkaTracker,
     MessagePlan,
     PendingLetters,
-    Rejected,
+    RejectedMessage,
     data_lost,
     data_lost_in_spark,
     gaps,
@@ -210,9 +210,9 @@ def test_what_the_jvm_set_aside_is_one_letter_a_message_with_the_parser_s_reason
     batch writes the letters, then counts them. Two queries read the source: the second
     hands over offset 13 again, which stays one letter."""
     five = b'{"word": "w1", "n": "five"}'
-    handed = [[Rejected("t", 2, 13, five, len(five)), Rejected("t", 2, 14, None, -1)],
-              [Rejected("t", 2, 13, five, len(five)), Rejected("t", 2, 15, b'{"word": "w\xff"}', 14),
-               Rejected("t", 2, 16, b'{"word": "a', 5_000_000)]]  # a 5 MB value, its first MiB kept
+    handed = [[RejectedMessage("t", 2, 13, five, len(five)), RejectedMessage("t", 2, 14, None, -1)],
+              [RejectedMessage("t", 2, 13, five, len(five)), RejectedMessage("t", 2, 15, b'{"word": "w\xff"}', 14),
+               RejectedMessage("t", 2, 16, b'{"word": "a', 5_000_000)]]  # a 5 MB value, its first MiB kept
     pending = PendingLetters(MessagePlan("clicks", "json", WORDS, (), CsvFormat(header=False)),
                              "struct<word:string,n:int>", lambda: handed.pop(0) if handed else [])
     counting = tracker(tmp_path, ListedOffsets({}, {}), pending=pending)
