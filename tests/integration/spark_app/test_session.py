@@ -109,6 +109,40 @@ def test_local_files_are_written_through_the_file_system_that_sets_permissions_i
     assert (tmp_path / ".file.crc").is_file()
 
 
+def _children_page_faults(pid: int) -> int:
+    """Minor page faults of the process's children that it has waited for (/proc's cminflt):
+    every process the JVM starts and reaps adds a hundred or more."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[8])  # field 11 of stat(5), counted from the state (field 3)
+
+
+def test_a_rename_through_file_context_starts_no_process(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark renames every checkpoint file into place through FileContext, and Hadoop (without
+    its native library) asked a readlink process whether each side of the rename was a
+    symbolic link: 101 processes in one driver's start on a small state (traced). A link is
+    still seen as one."""
+    jvm = spark.sparkContext._jvm
+    context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(
+        jvm.java.net.URI("file:///"), spark.sparkContext._jsc.hadoopConfiguration())
+    hadoop_path = jvm.org.apache.hadoop.fs.Path
+    overwrite = spark.sparkContext._gateway.new_array(jvm.org.apache.hadoop.fs.Options.Rename, 1)
+    overwrite[0] = jvm.org.apache.hadoop.fs.Options.Rename.OVERWRITE
+    jvm_pid = jvm.java.lang.ProcessHandle.current().pid()
+
+    before = _children_page_faults(jvm_pid)
+    for n in range(20):
+        (tmp_path / f"{n}.tmp").write_text(str(n))
+        context.rename(hadoop_path(f"file://{tmp_path}/{n}.tmp"), hadoop_path(f"file://{tmp_path}/{n}"), overwrite)
+    assert _children_page_faults(jvm_pid) == before
+    assert sorted(int(p.name) for p in tmp_path.iterdir()) == list(range(20))
+
+    (tmp_path / "link").symlink_to(tmp_path / "0")
+    raw = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"),
+                                                  spark.sparkContext._jsc.hadoopConfiguration()).getRawFileSystem()
+    assert raw.getFileLinkStatus(hadoop_path(str(tmp_path / "link"))).isSymlink()
+    assert not raw.getFileLinkStatus(hadoop_path(str(tmp_path / "1"))).isSymlink()
+
+
 def test_a_file_copied_to_a_local_folder_is_verified_and_written_without_a_checksum_file(
         spark: SparkSession, tmp_path: Path) -> None:
     jvm = spark.sparkContext._jvm
