@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import pkgutil
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -188,4 +189,29 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
         if local_dir is not None:
             os.environ.pop("SPARK_LOCAL_DIRS", None)
     session.sparkContext.setLogLevel(log_level)
+    _skip_needless_data_source_lookup(session)
     return session
+
+
+def _skip_needless_data_source_lookup(spark: SparkSession) -> None:
+    """Spares the driver's first use of a Python data source a Python process that finds nothing.
+
+    Before it first resolves a data source's name, Spark starts a Python daemon and a worker
+    to look for modules named ``pyspark_*`` on the workers' path, whose ``DefaultSource``
+    it registers by their names: a process start on the way to every driver's first batch.
+    When this interpreter's own path has no such module, the lookup would register nothing,
+    so Spark is told it was done (its record of registered sources, a static of Spark 4.1's
+    DataSourceManager, set to none). A path with one is left to Spark, and so is a Spark
+    without that record.
+    """
+    if any(module.name.startswith("pyspark_") for module in pkgutil.iter_modules()):
+        return
+    jvm: Any = spark.sparkContext._jvm
+    try:
+        # The companion object's own accessors: Scala makes no static forwarders for them.
+        manager = getattr(getattr(jvm.org.apache.spark.sql.execution.datasources, "DataSourceManager$"), "MODULE$")
+        if manager.dataSourceBuilders().isEmpty():
+            none = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+            getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(none))
+    except Exception as error:  # noqa: BLE001 - an optimisation: Spark looks the sources up itself
+        log.info("the Python data source lookup is left to Spark: %s", error)

@@ -11,6 +11,8 @@ from pathlib import Path
 import pyspark
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.types import StructType
 
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm import class_archive
@@ -39,6 +41,40 @@ def test_python_workers_import_the_installed_pyspark_rather_than_sparks_zipped_c
     installed = Path(pyspark.__file__).parent.resolve()
     assert Path(imported).parent.resolve() == installed
     assert not [entry for entry in path if Path(entry).resolve().is_relative_to(installed)]
+
+
+def test_a_python_data_source_is_resolved_without_a_process_looking_for_others(spark: SparkSession) -> None:
+    """Spark starts a Python daemon to look for ``pyspark_*`` modules before it resolves a
+    Python data source's name; with none on the path, the session has told it there are none."""
+
+    class OnesReader(DataSourceReader):  # defined here, so that the workers unpickle it by value
+        def read(self, partition: object) -> Iterator[tuple[int]]:
+            yield (1,)
+
+    class Ones(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "spark_app_test_ones"
+
+        def schema(self) -> str:
+            return "n int"
+
+        def reader(self, schema: StructType) -> DataSourceReader:
+            return OnesReader()
+
+    spark.dataSource.register(Ones)
+    assert spark.read.format("spark_app_test_ones").load().collect() == [(1,)]
+    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    children = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _children(jvm_pid)]
+    assert any(b"pyspark.sql.worker.create_data_source" in c for c in children), children
+    assert not [c for c in children if b"lookup_data_sources" in c]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
 
 
 def test_the_driver_jvm_maps_the_class_archive_recorded_for_its_jvm_and_jars(spark: SparkSession) -> None:
