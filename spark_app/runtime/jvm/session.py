@@ -202,7 +202,8 @@ def _skip_needless_data_source_lookup(spark: SparkSession) -> None:
     When this interpreter's own path has no such module, the lookup would register nothing,
     so Spark is told it was done (its record of registered sources, a static of Spark 4.1's
     DataSourceManager, set to none). A path with one is left to Spark, and so is a Spark
-    without that record.
+    without that record. (A ``pyspark_*`` module shipped later with ``addPyFile`` is not
+    registered by its name; ``spark.dataSource.register`` still registers it.)
     """
     if any(module.name.startswith("pyspark_") for module in pkgutil.iter_modules()):
         return
