@@ -73,7 +73,10 @@ def test_a_python_data_source_is_resolved_without_a_process_looking_for_others(s
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
     return found
 
 
