@@ -37,10 +37,11 @@ def read(
 
     Each message's value is one record: ``format`` ``json`` (one object, fields matched by
     name, read by Spark's JSON reader; a key given twice counts its last value) or ``csv``
-    (one line, fields in ``schema`` order) of ``schema`` (a Spark DDL string), or ``raw`` (a ``value`` column of bytes, no schema). ``columns`` keeps any of
-    key, headers, topic, partition, offset and timestamp beside them. A message that does
-    not fit goes to the dead letters with its topic, partition, offset and error, and is
-    counted; the pipeline goes on.
+    (one line, fields in ``schema`` order) of ``schema`` (a Spark DDL string), or ``raw``
+    (a ``value`` column of bytes, no schema). ``columns`` keeps any of key, headers, topic,
+    partition, offset and timestamp beside them. A message that does not fit goes to the
+    dead letters with its topic, partition, offset and error, and is counted; the pipeline
+    goes on.
 
     Offsets commit with each batch under ``persistent_id``; a restart resumes from them
     (never from a consumer group). The first start reads from ``earliest`` or ``latest``.

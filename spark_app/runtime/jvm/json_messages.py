@@ -32,7 +32,7 @@ def parse_in_jvm(raw: DataFrame, schema: StructType, columns: Sequence[str],
 
     def drain() -> list[RejectedMessage]:
         return [RejectedMessage(m.topic(), m.partition(), m.offset(),
-                         None if m.value() is None else bytes(m.value()), m.length())
+                                None if m.value() is None else bytes(m.value()), m.length())
                 for m in rejected.drain()]
 
     return df, drain
