@@ -240,12 +240,10 @@ class Driver:
                 tracker.check_topics()  # Spark's source would wait for a missing topic without a word
         self._start_planners(snapshots, retry)
         self._moments["state"] = time.time()
-        for number, (name, spec) in enumerate(self._pipeline.queries.items()):
+        for name, spec in self._pipeline.queries.items():
             handler = BatchHandler(name, spec, self, snapshots, trackers)
             self._handlers[name] = handler
             self._start_query(name)
-            if number == 0 and len(self._pipeline.queries) > 1 and name in self._queries:
-                self._wait_for_first_trigger(name)
         self._state = "running"
         log.info("pipeline running at epoch %d: %s", self._session.epoch, ", ".join(
             f"{o.name} -> {o.path}" for q in self._pipeline.queries.values() for o in q.sink.outputs()))
@@ -299,21 +297,6 @@ class Driver:
             .start()
         )
         self._queries[name] = query
-
-    def _wait_for_first_trigger(self, name: str, timeout_s: float = 300) -> None:
-        """Lets the first query plan its first batch before the others start.
-
-        Spark's PythonStreamingSourceRunner.init adds entries to the environment map of the
-        data source's PythonFunction, which every query shares and which tasks serialize;
-        a query starting while another serializes tasks can corrupt them
-        (java.io.OptionalDataException). Once the first runner has added the entries,
-        later runners only overwrite them with equal values, which is harmless.
-        """
-        query = self._queries[name]
-        deadline = time.monotonic() + timeout_s
-        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
-            if self._stop.wait(0.1):
-                return
 
     def _supervise(self) -> None:
         idle_since: float | None = None

@@ -35,18 +35,17 @@ from spark_app.runtime.sinks.delta import DeltaOutput
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.runtime.sinks.kafka import KafkaOutput
 from spark_app.runtime.sources.base import Tracker
-from spark_app.runtime.sources.delta_table import FORMAT_NAME as PLANS_FORMAT
 from spark_app.runtime.sources.delta_table import (
     BackfillError,
     BackfillSettings,
     DeltaTableRef,
-    PlanSource,
+    PlanStreamReader,
     PlanTracker,
     changelog_schema,
     describe_table,
     table_metadata,
 )
-from spark_app.runtime.sources.files import FORMAT_NAME, FileSource, FileTracker, input_option
+from spark_app.runtime.sources.files import FileStreamReader, FileTracker, input_option
 from spark_app.runtime.sources.kafka import (
     KafkaSourceSpec,
     KafkaTracker,
@@ -54,6 +53,7 @@ from spark_app.runtime.sources.kafka import (
     ParseMessages,
     PendingLetters,
 )
+from spark_app.runtime.sources.planned import planned_stream
 from spark_app.runtime.tables.changelog import DIFF, ChangelogSource, ChangelogTracker
 from spark_app.runtime.tables.location import TableLocation
 from spark_app.runtime.tables.lookup import lookups_in
@@ -142,8 +142,6 @@ class Pipeline:
     def spark(self) -> SparkSession:
         if self._spark is None:
             self._spark = build_session(self._initial_conf(), self.environment.spark_log_level)
-            self._spark.dataSource.register(FileSource)
-            self._spark.dataSource.register(PlanSource)
         return self._spark
 
     def add_source(self, fmt: str, path: str, schema: str, persistent_id: str | None,
@@ -152,13 +150,12 @@ class Pipeline:
         generated = persistent_id is None
         persistent_id = self._source_id(fmt, path, persistent_id)
         backend = Backend.from_uri(path, options=self.environment.s3)
-        reader = (spark.readStream.format(FORMAT_NAME).schema(schema)
-                  .option("persistent_id", persistent_id).option("format", fmt)
-                  .option("input", input_option(backend)).option("context", self.context_path)
-                  .option("parallelism", str(spark.sparkContext.defaultParallelism)))
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        df = reader.load()
+        struct = _ddl_schema(spark, schema, f"the {fmt} source {persistent_id!r}")
+        reader_options = {"persistent_id": persistent_id, "format": fmt, "input": input_option(backend),
+                          "context": self.context_path,
+                          "parallelism": str(spark.sparkContext.defaultParallelism), **options}
+        df = planned_stream(spark, lambda: FileStreamReader(reader_options, struct), struct,
+                            {"persistent_id": persistent_id})
         self.sources[persistent_id] = SourceSpec(persistent_id, fmt, backend.root, df.schema.simpleString(), generated)
         return df
 
@@ -224,9 +221,11 @@ class Pipeline:
         return df
 
     def _plans_stream(self, persistent_id: str, schema: StructType, settings: BackfillSettings) -> DataFrame:
-        return (self.spark().readStream.format(PLANS_FORMAT).schema(changelog_schema(schema))
-                .option("persistent_id", persistent_id).option("context", self.context_path)
-                .option("max_plans_per_trigger", str(settings.max_plans_per_trigger)).load())
+        struct = changelog_schema(schema)
+        options = {"persistent_id": persistent_id, "context": self.context_path,
+                   "max_plans_per_trigger": str(settings.max_plans_per_trigger)}
+        return planned_stream(self.spark(), lambda: PlanStreamReader(options, struct), struct,
+                              {"persistent_id": persistent_id})
 
     def add_table_lookup(self, table: str, persistent_id: str, location: str | None) -> DataFrame:
         """A shared table's latest version, as a static DataFrame read anew at each batch
@@ -476,11 +475,11 @@ def _relation_pid(node: Any) -> str | None:
     return str(value) if value else None
 
 
-def _ddl_schema(spark: SparkSession, ddl: str) -> StructType:
+def _ddl_schema(spark: SparkSession, ddl: str, what: str = "a Kafka source of JSON or CSV values") -> StructType:
     from pyspark.sql.types import _parse_datatype_string
 
     if not ddl.strip():
-        raise PipelineError("a Kafka source of JSON or CSV values needs schema=\"field TYPE, ...\"")
+        raise PipelineError(f"{what} needs schema=\"field TYPE, ...\"")
     spark.sparkContext  # noqa: B018 - the parser needs the running JVM
     parsed = _parse_datatype_string(ddl)
     if not isinstance(parsed, StructType):

@@ -11,9 +11,9 @@ Three parts, each on its side of Spark:
   write two different plans of one number, and it never changes: replaying a batch reads
   the same rows. The planner stays at most ``lookahead`` plans ahead of the reader's
   commits (so what waits on storage is bounded) and removes plans once committed.
-- ``PlanStreamReader``, a Spark Python data source, hands the plans to the query in
-  order; its offset is the number of plans read and commits with the batch like a file
-  source's.
+- ``PlanStreamReader``, planned in the driver like a file source
+  (spark_app.runtime.sources.planned), hands the plans to the query in order; its offset
+  is the number of plans read and commits with the batch like a file source's.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -71,7 +70,6 @@ from spark_app.storage import NotFound, RetryPolicy, Storage, join
 
 log = logging.getLogger("spark_app")
 
-FORMAT_NAME = "spark_app_plans"
 DIFF = "diff"
 _VERSION = "__spark_app_version"
 READ_ASIDE_POOL = "spark_app_backfill"
@@ -685,28 +683,28 @@ def _describe(frontier: Frontier) -> str:
 
 
 @dataclass(frozen=True)
-class PlanPartition(InputPartition):
+class PlanPartition:
+    """One stored plan, as a task reads it (spark_app.runtime.sources.planned)."""
+
     state: Backend
     persistent_id: str
     number: int
     arrow_schema: pa.Schema
     retry: RetryPolicy
 
-
-class PlanSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return PlanStreamReader(self.options, schema)
+    def read(self) -> Iterator[pa.RecordBatch]:
+        try:
+            table = PlanStore(self.state.storage(self.retry), self.persistent_id).read(self.number)
+        except NotFound:
+            raise BackfillError(f"plan {self.number} of source {self.persistent_id} is gone from the "
+                                "state; it is removed only once committed, so the state was changed by hand") from None
+        yield from table.select(self.arrow_schema.names).cast(self.arrow_schema).to_batches()
 
 
 class PlanStreamReader(CountingReader):
     """The plans of one source, in order; the offset is how many have been read."""
 
     unit = "plans"
-    driver_only = ("_store",)
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         super().__init__(options)
@@ -720,19 +718,10 @@ class PlanStreamReader(CountingReader):
     def latestOffset(self) -> dict[str, Any]:
         return self.offset(min(self._store.newest(), self.planned + self._per_trigger))
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[PlanPartition]:
         first, last = self.plan_range(start, end)
         return [PlanPartition(self._snapshot, self._pid, n, self._arrow_schema, self._retry)
                 for n in range(first + 1, last + 1)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, PlanPartition)
-        try:
-            table = PlanStore(partition.state.storage(partition.retry), partition.persistent_id).read(partition.number)
-        except NotFound:
-            raise BackfillError(f"plan {partition.number} of source {partition.persistent_id} is gone from the "
-                                "state; it is removed only once committed, so the state was changed by hand") from None
-        yield from table.select(partition.arrow_schema.names).cast(partition.arrow_schema).to_batches()
 
 
 class PlanTracker:

@@ -1,4 +1,5 @@
-"""The file sources (a folder of CSV or JSON-lines files), as a Spark Python data source.
+"""The file sources (a folder of CSV or JSON-lines files), planned on the driver and read
+in Spark's tasks (spark_app.runtime.sources.planned).
 
 Planning runs on the driver: ``latestOffset`` lists the input folder and admits new
 files to the durable ``FileIndex``; offsets are ``{"source": persistent_id, "files": N}``
@@ -6,9 +7,9 @@ and Spark keeps them in its offset log. A batch is bounded (``Limits``: files an
 per trigger), so a backlog after an outage drains in several batches instead of one that
 does not fit in memory and, its offsets being logged, fails again at every restart.
 The reader learns where its query stands from Spark itself: on a restart, Spark hands it
-the last logged offset before anything else (an empty ``partitions(end, end)`` call, its
-AcceptsLatestSeenOffset); a reader that was not told is a new query's, which starts at
-the first file (Spark asks for ``initialOffset`` only after the first ``latestOffset``).
+the last logged offset before anything else (its AcceptsLatestSeenOffset); a reader that
+was not told is a new query's, which starts at the first file (Spark asks for
+``initialOffset`` only after the first ``latestOffset``).
 
 Reading runs in Spark tasks: each task parses its files with ``parsing``, a block of
 lines at a time (a file is never held whole), and writes what it sets aside to the
@@ -23,14 +24,12 @@ format changed (JSON lines, then CSV) replays an old batch as it first read it.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -43,7 +42,6 @@ from spark_app.runtime.sources.reader import CountingReader
 from spark_app.state.file_index import FileIndex
 from spark_app.storage import FileEntry, NotFound, RetryPolicy, Storage
 
-FORMAT_NAME = "spark_app_files"
 BLOCK_BYTES = 16 << 20
 """How much of a file a task parses at once (cut at a line's end)."""
 
@@ -99,30 +97,22 @@ class ReadPlan:
 
 
 @dataclass(frozen=True)
-class FilesPartition(InputPartition):
+class FilesPartition:
+    """Files of one batch that one task reads (spark_app.runtime.sources.planned)."""
+
     plan: ReadPlan
     files: tuple[FileEntry, ...]
     read_as: tuple[str | None, ...]
     """How each of ``files`` was to be read when it was admitted (ReadPlan.read_as)."""
 
-
-class FileSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return FileStreamReader(self.options, schema)
+    def read(self) -> Iterator[pa.RecordBatch]:
+        return read_files(self.plan, self.files, self.read_as)
 
 
 class FileStreamReader(CountingReader):
     unit = "files"
-    driver_only = ("_index",)
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        # Runs in a Python process of Spark's: its storage retries should be logged like the driver's.
-        if not logging.getLogger().handlers:
-            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         super().__init__(options)
         self._parallelism = max(1, int(options.get("parallelism", "2")))
         self._limits = Limits.from_options(options, self._context.get("limits", {}))
@@ -152,16 +142,12 @@ class FileStreamReader(CountingReader):
                                       self._limits.max_bytes_per_trigger)
         return self.offset(end)
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[FilesPartition]:
         first, last = self.plan_range(start, end)
         files = self._index.files(first, last)
         read_as = dict(zip((f.path for f in files), self._index.read_as(first, last), strict=True))
         return [FilesPartition(self._plan, group, tuple(read_as[f.path] for f in group))
                 for group in _balance(files, self._parallelism)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FilesPartition)
-        return read_files(partition.plan, partition.files, partition.read_as)
 
 
 def read_files(source_plan: ReadPlan, files: Sequence[FileEntry],

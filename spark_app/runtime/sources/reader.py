@@ -1,20 +1,21 @@
 """What spark_app's own stream readers (the file sources, the backfilled table) share.
 
-Each reader is a Spark Python data source whose offset counts units of its source:
-``{"source": persistent_id, "files": N}`` or ``{"source": persistent_id, "plans": N}``.
-Naming the source in the offset is what lets a reader refuse another source's offset when a
-query's sources were reordered. Its planning state (the file index, the plan store, with
-their storage clients) lives on the driver only: Spark pickles the reader to ship ``read``
-to its tasks, which need only the partition.
+Each reader plans a source's batches on the driver (spark_app.runtime.sources.planned);
+its offset counts units of its source: ``{"source": persistent_id, "files": N}`` or
+``{"source": persistent_id, "plans": N}``. Naming the source in the offset is what lets a
+reader refuse another source's offset when a query's sources were reordered. Its
+planning state (the file index, the plan store, with their storage clients) stays on the
+driver: each partition it plans carries what a task needs to read it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from pyspark.sql.datasource import DataSourceStreamReader
+import pyarrow as pa
 
 from spark_app.persistence import Backend
 from spark_app.storage import RetryPolicy
@@ -45,12 +46,17 @@ def retry_policy(context: Mapping[str, Any]) -> RetryPolicy:
     return RetryPolicy() if budget is None else RetryPolicy(deadline_s=float(budget))
 
 
-class CountingReader(DataSourceStreamReader):
+@runtime_checkable
+class ReadsItself(Protocol):
+    """An input partition of a reader: what a task reads, pickled into the batch's plan."""
+
+    def read(self) -> Iterator[pa.RecordBatch]: ...
+
+
+class CountingReader(ABC):
     """A reader whose offset is how many ``unit`` of its source the query has planned."""
 
     unit: ClassVar[str]
-    driver_only: ClassVar[tuple[str, ...]] = ()
-    """Attributes that are not shipped to tasks (cached planning state and its clients)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._context = read_context(options["context"])
@@ -59,9 +65,6 @@ class CountingReader(DataSourceStreamReader):
         self._retry = retry_policy(self._context)
         self._position: int | None = None
         """Where the query's next batch starts: the end of the last batch Spark planned."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {name: value for name, value in self.__dict__.items() if name not in self.driver_only}
 
     def offset(self, count: int) -> dict[str, Any]:
         return {"source": self._pid, self.unit: count}
@@ -86,6 +89,14 @@ class CountingReader(DataSourceStreamReader):
                 )
         self._position = int(end[self.unit])
         return int(start[self.unit]), self._position
+
+    @abstractmethod
+    def latestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name for it
+        """Where the next batch would end: what is available, within the reader's limits."""
+
+    @abstractmethod
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ReadsItself]:
+        """The batch from ``start`` to ``end`` (``plan_range``), as the partitions tasks read."""
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the query's own commit (spark_app.runtime.commit) records what its batch read

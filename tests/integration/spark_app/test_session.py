@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from spark_app.persistence import Backend
 from spark_app.runtime.jvm import class_archive
 from spark_app.runtime.jvm.jars import jars_dir
 from spark_app.runtime.jvm.session import build_session, spark_conf
+from tests.integration.spark_app.harness import Workspace, fold, read_changelog, write_csv
+from tests.integration.spark_app.words import expected_counts, rows
 from tests.support.kafka import KafkaBroker, Message
 
 pytestmark = pytest.mark.spark
@@ -68,6 +71,26 @@ def test_a_python_data_source_is_resolved_without_a_process_looking_for_others(s
     children = [_command_line(pid) for pid in _children(jvm_pid)]
     assert any(b"pyspark.sql.worker.create_data_source" in c for c in children), children
     assert not [c for c in children if b"lookup_data_sources" in c]
+
+
+def test_a_pipeline_starts_no_python_process_to_plan_its_file_sources(fs_workspace: Workspace,
+                                                                      tmp_path: Path) -> None:
+    """The file sources plan in the driver's own Python process (spark_app.runtime.sources.
+    planned): the Python processes Spark starts are its workers' alone. As a Spark Python
+    data source, each start ran three more (to create the source, to plan its stream, to
+    prepare its read), each importing pyspark and spark_app before the first batch."""
+    started = tmp_path / "python-processes"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {started}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    write_csv(fs_workspace.inputs, "part-0.csv", "word,n", rows(0))
+    driver = fs_workspace.driver("--stop-when-idle", env={"PYSPARK_PYTHON": str(python),
+                                                          "PYSPARK_DRIVER_PYTHON": str(python)}).start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(1))
+    commands = started.read_text().splitlines()
+    assert any("pyspark.daemon" in c for c in commands), commands
+    assert not [c for c in commands if "source" in c or "data_source" in c], commands
 
 
 def _command_line(pid: int) -> bytes:

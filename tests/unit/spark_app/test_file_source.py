@@ -133,32 +133,42 @@ def test_planning_a_batch_gives_up_on_unreachable_state_storage_within_the_outag
     assert raised and isinstance(raised[0], StorageUnavailable), raised
 
 
-def test_the_reader_plans_on_the_driver_and_ships_to_tasks_without_its_index(tmp_path: Path) -> None:
-    """Spark pickles the reader into each task; the index (its lock and storage client) stays behind."""
+def test_the_reader_plans_on_the_driver_and_each_partition_reads_itself_in_a_task(tmp_path: Path) -> None:
+    """The driver's planner pickles each partition into the plan (planned.DriverPlanner);
+    a task unpickles it and reads it with nothing else (no reader, no index)."""
+    import base64
     import pickle
 
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     from spark_app.runtime.sources.files import FileStreamReader
-    from spark_app.runtime.sources.reader import SourceOrderChanged
+    from spark_app.runtime.sources.planned import DriverPlanner
+    from spark_app.runtime.sources.reader import ReadsItself, SourceOrderChanged
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.csv").write_bytes(b"word,n\nx,1\n")
     context = tmp_path / "context.json"
     context.write_text(json.dumps({"snapshot": Backend.filesystem(tmp_path / "state").to_json(),
                                    "dead_letter": Backend.filesystem(tmp_path / "dead").to_json(), "limits": {}}))
-    reader = FileStreamReader({"context": str(context), "persistent_id": "words", "format": "csv",
-                               "input": json.dumps(Backend.filesystem(tmp_path / "in").to_json())},
-                              StructType([StructField("word", StringType()), StructField("n", IntegerType())]))
-    assert reader.initialOffset() == {"source": "words", "files": 0}
-    end = reader.latestOffset()
-    assert end == {"source": "words", "files": 1}
-    [partition] = reader.partitions(reader.initialOffset(), end)
-    shipped = pickle.loads(pickle.dumps(reader))
-    assert "_index" not in shipped.__dict__
-    assert [batch.num_rows for batch in shipped.read(partition)] == [1]
+    planner = DriverPlanner(lambda: FileStreamReader(
+        {"context": str(context), "persistent_id": "words", "format": "csv",
+         "input": json.dumps(Backend.filesystem(tmp_path / "in").to_json())},
+        StructType([StructField("word", StringType()), StructField("n", IntegerType())])))
+    planner.open("s1")
+    start = planner.initialOffset("s1")
+    assert json.loads(start) == {"source": "words", "files": 0}
+    end = planner.latestOffset("s1")
+    assert json.loads(end) == {"source": "words", "files": 1}
+    [line] = planner.partitions("s1", start, end).splitlines()
+    partition = pickle.loads(base64.b64decode(line))
+    assert isinstance(partition, ReadsItself)
+    assert [batch.num_rows for batch in partition.read()] == [1]
     with pytest.raises(SourceOrderChanged):
-        reader.partitions({"source": "other", "files": 0}, end)
+        planner.partitions("s1", json.dumps({"source": "other", "files": 0}), end)
+    # A restarted stream is told where its query stands, and plans on from there.
+    planner.open("s2")
+    planner.seen("s2", end)
+    assert planner.latestOffset("s2") == end
 
 
 def test_each_file_is_read_as_its_source_read_when_it_was_admitted(tmp_path: Path) -> None:
