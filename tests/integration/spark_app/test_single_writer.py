@@ -56,7 +56,7 @@ def test_the_lease_is_renewed_while_the_driver_starts(fs_workspace: Workspace) -
     driver = fs_workspace.driver("--lease-ttl-s", "2").start()
     lease = Path(fs_workspace.state) / "lease.json"
     renewals: set[int] = set()
-    while "pipeline running at epoch" not in driver.output():
+    while "committed batch" not in driver.output():
         assert driver.process is not None and driver.process.poll() is None, driver.output()[-3000:]
         try:
             renewals.add(int(json.loads(lease.read_text())["renewed_ms"]))
@@ -66,8 +66,6 @@ def test_the_lease_is_renewed_while_the_driver_starts(fs_workspace: Workspace) -
     starting_s = (max(renewals) - min(renewals)) / 1000 if renewals else 0.0
     driver.terminate()
     assert driver.wait() == 0
-    first_commit = driver.output().index("committed batch")
-    assert first_commit < driver.output().index("pipeline running at epoch")
     assert len(renewals) >= 2, f"the lease was written once and not renewed while the driver started ({renewals})"
     assert starting_s > 0
 

@@ -66,7 +66,7 @@ def state_versions(state: Path) -> tuple[int, int]:
         for file in partition.iterdir():
             if match := _VERSION.match(file.name):
                 versions[match.group(2)].append(int(match.group(1)))
-        newest = max(versions["changelog"])
+        newest = max(versions["changelog"], default=0)  # 0: a partition whose first version is being written
         assert sorted(versions["changelog"]) == list(range(1, newest + 1)), "the changelog has a gap"
         newest_changelog.append(newest)
         newest_snapshot.append(max(versions["zip"], default=0))
