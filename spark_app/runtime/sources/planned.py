@@ -50,10 +50,6 @@ class DriverPlanner:
                 reader = self._readers[stream] = self._new_reader()
             return reader
 
-    def open(self, stream: str) -> None:
-        with self._lock:
-            self._readers.pop(stream, None)
-
     def initialOffset(self, stream: str) -> str:  # noqa: N802 - the Java interface's name
         return json.dumps(self._reader(stream).initialOffset())
 
@@ -67,9 +63,6 @@ class DriverPlanner:
     def partitions(self, stream: str, start: str, end: str) -> str:
         planned = self._reader(stream).partitions(json.loads(start), json.loads(end))
         return "\n".join(base64.b64encode(pickle.dumps(p, protocol=5)).decode("ascii") for p in planned)
-
-    def commit(self, stream: str, end: str) -> None:
-        self._reader(stream).commit(json.loads(end))
 
     def close(self, stream: str) -> None:
         with self._lock:

@@ -97,6 +97,3 @@ class CountingReader(ABC):
     @abstractmethod
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ReadsItself]:
         """The batch from ``start`` to ``end`` (``plan_range``), as the partitions tasks read."""
-
-    def commit(self, end: dict[str, Any]) -> None:
-        pass  # the query's own commit (spark_app.runtime.commit) records what its batch read

@@ -154,7 +154,6 @@ def test_the_reader_plans_on_the_driver_and_each_partition_reads_itself_in_a_tas
         {"context": str(context), "persistent_id": "words", "format": "csv",
          "input": json.dumps(Backend.filesystem(tmp_path / "in").to_json())},
         StructType([StructField("word", StringType()), StructField("n", IntegerType())])))
-    planner.open("s1")
     start = planner.initialOffset("s1")
     assert json.loads(start) == {"source": "words", "files": 0}
     end = planner.latestOffset("s1")
@@ -166,7 +165,6 @@ def test_the_reader_plans_on_the_driver_and_each_partition_reads_itself_in_a_tas
     with pytest.raises(SourceOrderChanged):
         planner.partitions("s1", json.dumps({"source": "other", "files": 0}), end)
     # A restarted stream is told where its query stands, and plans on from there.
-    planner.open("s2")
     planner.seen("s2", end)
     assert planner.latestOffset("s2") == end
 

@@ -22,7 +22,6 @@ final class PlannedStream implements MicroBatchStream, AcceptsLatestSeenOffset {
 
     PlannedStream(Planner planner) {
         this.planner = planner;
-        planner.open(stream);
     }
 
     @Override
@@ -64,7 +63,8 @@ final class PlannedStream implements MicroBatchStream, AcceptsLatestSeenOffset {
 
     @Override
     public void commit(Offset end) {
-        planner.commit(stream, end.json());
+        // Nothing to do, and no call to the driver's Python per batch: the query's own
+        // commit (spark_app.runtime.commit) records what the batch read.
     }
 
     @Override

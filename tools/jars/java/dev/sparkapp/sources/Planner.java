@@ -4,12 +4,11 @@ package dev.sparkapp.sources;
  * The planning half of a {@link PlannedSource}: an object of the driver's Python process
  * (through Py4J's callback server, as foreachBatch's function is), where spark_app's
  * sources keep their durable planning state. Each stream Spark opens on the source has a
- * {@code stream} id of its own; offsets are JSON, as in Spark's offset log.
+ * {@code stream} id of its own (a query started, or restarted), for which the planner makes
+ * a reader at its first call; offsets are JSON, as in Spark's offset log. A batch's commit
+ * is not the planner's: the query's own commit records what the batch read.
  */
 public interface Planner {
-    /** A new stream of this source (a query started, or restarted). */
-    void open(String stream);
-
     String initialOffset(String stream);
 
     String latestOffset(String stream);
@@ -22,8 +21,6 @@ public interface Planner {
      * Base64 of what a Python task reads, one per line.
      */
     String partitions(String stream, String start, String end);
-
-    void commit(String stream, String end);
 
     void close(String stream);
 }
