@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from spark_app import contract
@@ -176,11 +177,18 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
         local_dir, _ = scratch.owned_folder("spark")
         atexit.register(shutil.rmtree, local_dir, True)
         os.environ["SPARK_LOCAL_DIRS"] = local_dir
-    archive = class_archive.java_options(jars)
-    if archive:
+    # The JVM's temporary folder is a scratch folder too: each start writes the native
+    # libraries of RocksDB (15 MB), LZ4 and Snappy there, and Spark its artifact folders; a
+    # killed driver left them all behind (1.1 GB of RocksDB's alone in /tmp on this
+    # project's test machine after a day). A user's own java.io.tmpdir, in
+    # extraJavaOptions, comes later on the command line and wins.
+    if SparkContext._active_spark_context is None:  # else no JVM starts, and none takes options
+        jvm_tmp, _ = scratch.owned_folder("jvm")
+        atexit.register(shutil.rmtree, jvm_tmp, True)
         # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
         own = settings.get("spark.driver.defaultJavaOptions", "")
-        settings["spark.driver.defaultJavaOptions"] = f"{archive} {own}".strip()
+        settings["spark.driver.defaultJavaOptions"] = " ".join(
+            filter(None, (class_archive.java_options(jars), f"-Djava.io.tmpdir={jvm_tmp}", own)))
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
