@@ -95,7 +95,12 @@ def spark_conf(snapshot: Backend, snapshot_interval_ms: int, extra: Mapping[str,
     conf["spark.sql.streaming.stateStore.maintenanceInterval"] = f"{snapshot_interval_ms}ms"
     if snapshot.kind == "s3":
         conf.update(s3a_conf(snapshot))
-        conf["spark.sql.streaming.checkpointFileManagerClass"] = ABORTABLE_CHECKPOINT_MANAGER
+        # Spark's checkpoint written in place, not under a temporary name then copied and
+        # deleted (a rename on S3). Spark reads the setting from the Hadoop configuration
+        # (CheckpointFileManager.create), where it can still be set once the session runs:
+        # as a SQL setting it cannot, and a pipeline whose state is named in run(), after
+        # its sources built the session, lost it.
+        conf["spark.hadoop.spark.sql.streaming.checkpointFileManagerClass"] = ABORTABLE_CHECKPOINT_MANAGER
     conf.update(extra)
     return conf
 

@@ -59,6 +59,34 @@ def test_restart_reads_only_new_files_and_sets_malformed_rows_aside(workspace: W
     assert report["lease"]["released"] is True  # type: ignore[index]
 
 
+def test_on_s3_spark_writes_its_checkpoint_files_in_place(request: pytest.FixtureRequest, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """On S3 a rename is a copy and a delete, and not atomic, so Spark's checkpoint there (its
+    offset and commit logs, the state stores' files) is written in place, by an upload that
+    is aborted if its writer fails. Spark takes that setting only when its session starts,
+    and a pipeline that names its state in run(), after its sources are declared, had it
+    dropped: each file went up under a temporary name and was then copied and deleted. The
+    bucket keeps every version, so a temporary object written and deleted is still seen."""
+    from spark_app.storage import S3Location
+
+    workspace = open_backend_workspace(request, tmp_path, "s3")
+    location = S3Location.parse(workspace.state, endpoint_url=workspace.endpoint_url)
+    client = request.getfixturevalue("s3_server").client()
+    client.put_bucket_versioning(Bucket=location.bucket, VersioningConfiguration={"Status": "Enabled"})
+    for f in range(2):
+        write_csv(workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    driver = workspace.driver("--stop-when-idle").start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+
+    prefix = f"{location.prefix}/checkpoints/"
+    written = {item["Key"][len(prefix):]
+               for page in client.get_paginator("list_object_versions").paginate(Bucket=location.bucket, Prefix=prefix)
+               for item in page.get("Versions", []) + page.get("DeleteMarkers", [])}
+    assert "counts_jsonlines/offsets/0" in written and "counts_jsonlines/commits/0" in written, sorted(written)
+    assert any(key.startswith("counts_jsonlines/state/0/") for key in written), sorted(written)
+    temporary = sorted(key for key in written if key.rsplit("/", 1)[-1].startswith(".") and key.endswith(".tmp"))
+    assert not temporary, temporary
+
+
 def test_a_clean_stop_on_s3_leaves_every_state_partition_a_snapshot_of_its_newest_version(
         request: pytest.FixtureRequest, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Spark's state store snapshots reach S3 (the local server, moto's), so a restart loads
