@@ -8,12 +8,10 @@ operator injected when there is one.
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -134,8 +132,7 @@ class Pipeline:
         self.shared: dict[str, TableInput] = {}
         """The shared tables it reads, by persistent id."""
         self._spark: SparkSession | None = None
-        self._context_dir, _ = scratch.owned_folder("context")  # its lock is held for the process's life
-        atexit.register(shutil.rmtree, self._context_dir, True)
+        self._context_dir = scratch.process_folder("context")
         self.context_path = os.path.join(self._context_dir, "context.json")
         self._generated = 0
 

@@ -13,6 +13,7 @@ in a pod that is an emptyDir, which outlives a container's restart.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import functools
 import logging
@@ -41,6 +42,14 @@ def owned_folder(kind: str, parent: str | None = None) -> tuple[str, int]:
     fcntl.flock(lock, fcntl.LOCK_EX)
     os.rename(staging, os.path.join(folder, _OWNER))
     return folder, lock
+
+
+def process_folder(kind: str) -> str:
+    """A new scratch folder in the temporary folder, held for the rest of this process's
+    life: a clean exit removes it, and the next driver's sweep does if this one is killed."""
+    folder, _ = owned_folder(kind)  # the lock stays open until the process ends
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 @functools.cache

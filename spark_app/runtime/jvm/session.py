@@ -9,11 +9,9 @@ that workers run.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import pkgutil
-import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -179,8 +177,7 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
         # Its lock stays held for the process's life; a clean exit removes it. Given to the
         # JVM alone, in the environment it starts with (Spark warns of spark.local.dir
         # whenever it is set; processes this one starts later make their own).
-        local_dir, _ = scratch.owned_folder("spark")
-        atexit.register(shutil.rmtree, local_dir, True)
+        local_dir = scratch.process_folder("spark")
         os.environ["SPARK_LOCAL_DIRS"] = local_dir
     # The JVM's temporary folder is a scratch folder too: each start writes the native
     # libraries of RocksDB (15 MB), LZ4 and Snappy there, and Spark its artifact folders; a
@@ -188,8 +185,7 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
     # project's test machine after a day). A user's own java.io.tmpdir, in
     # extraJavaOptions, comes later on the command line and wins.
     if SparkContext._active_spark_context is None:  # else no JVM starts, and none takes options
-        jvm_tmp, _ = scratch.owned_folder("jvm")
-        atexit.register(shutil.rmtree, jvm_tmp, True)
+        jvm_tmp = scratch.process_folder("jvm")
         # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
         own = settings.get("spark.driver.defaultJavaOptions", "")
         settings["spark.driver.defaultJavaOptions"] = " ".join(
