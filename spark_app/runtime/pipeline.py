@@ -26,6 +26,7 @@ from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime import scratch
 from spark_app.runtime.jvm.json_messages import parse_in_jvm
+from spark_app.runtime.jvm.map_in_arrow import map_in_arrow
 from spark_app.runtime.jvm.session import build_session, reach_bucket, spark_conf
 from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
@@ -176,7 +177,7 @@ class Pipeline:
             self.kafka_letters[spec.persistent_id] = PendingLetters(plan, value.simpleString(), drain)
         else:
             output = StructType(list(value.fields) + [raw.schema[c] for c in spec.columns])
-            df = raw.mapInArrow(ParseMessages(plan), output)
+            df = map_in_arrow(raw, ParseMessages(plan), output)
         self.sources[spec.persistent_id] = SourceSpec(spec.persistent_id, f"kafka/{spec.value_format}", spec.location,
                                                       value.simpleString(), False)
         self.kafka[spec.persistent_id] = spec

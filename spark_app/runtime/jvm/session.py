@@ -12,13 +12,16 @@ from __future__ import annotations
 import logging
 import os
 import pkgutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from py4j import protocol
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+from pyspark.sql import types as spark_types
 
 from spark_app import contract
 from spark_app.persistence import Backend
@@ -161,6 +164,7 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
     # with PYSPARK_DRIVER_PYTHON; see spark_app.runtime.jvm.worker_python.
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", worker_python())
+    _convert_numpy_without_pandas()
     # On the class path rather than in spark.jars: spark.jars copies every jar (the AWS SDK
     # bundle alone is 600 MB) into a temporary folder per driver, which a killed driver
     # leaves behind.
@@ -200,6 +204,35 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
     session.sparkContext.setLogLevel(log_level)
     _skip_needless_data_source_lookup(session)
     return session
+
+
+class _NumpyScalars(spark_types.NumpyScalarConverter):
+    """pyspark's converter of numpy scalars, without its import of pandas.
+
+    pyspark's numpy converters ask ``pyspark.testing.utils`` whether numpy is installed, and
+    importing it imports pandas, unittest and difflib: on a driver's first Java call with an
+    argument, 0.3 to 0.4 s of its start on the test machine, for modules a pipeline does not
+    use (see runtime/jvm/map_in_arrow.py). An object is numpy's only if numpy is loaded,
+    which ``sys.modules`` says at no cost."""
+
+    def can_convert(self, obj: Any) -> bool:
+        numpy = sys.modules.get("numpy")
+        return numpy is not None and isinstance(obj, numpy.generic)
+
+
+class _NumpyArrays(spark_types.NumpyArrayConverter):
+    """pyspark's converter of one-dimensional numpy arrays, without its import of pandas."""
+
+    def can_convert(self, obj: Any) -> bool:
+        numpy = sys.modules.get("numpy")
+        return numpy is not None and isinstance(obj, numpy.ndarray) and obj.ndim == 1
+
+
+def _convert_numpy_without_pandas() -> None:
+    """Puts the converters above in place of pyspark's in py4j's list (idempotent)."""
+    ours: dict[type, type] = {spark_types.NumpyScalarConverter: _NumpyScalars,
+                              spark_types.NumpyArrayConverter: _NumpyArrays}
+    protocol.INPUT_CONVERTER[:] = [ours[type(c)]() if type(c) in ours else c for c in protocol.INPUT_CONVERTER]
 
 
 def _skip_needless_data_source_lookup(spark: SparkSession) -> None:

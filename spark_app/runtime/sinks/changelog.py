@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from spark_app.runtime.jvm.changelog_encoder import encoded_in_jvm, fetch
+from spark_app.runtime.jvm.map_in_arrow import map_in_arrow
 from spark_app.runtime.sinks.keyed_state import OutputState, encode_key
 
 _CHUNK = "chunk"
@@ -35,7 +36,7 @@ def chunks(df: DataFrame, time_ms: int, mode: str, key: Sequence[str] | None = N
     encoded = encoded_in_jvm(df, time_ms, mode, tuple(key or ()))
     if encoded is None:
         encoder = functools.partial(encode, time_ms=time_ms, mode=mode, key=tuple(key or ()))
-        encoded = df.mapInArrow(encoder, f"{_CHUNK} binary, lines int")
+        encoded = map_in_arrow(df, encoder, f"{_CHUNK} binary, lines int")
     yield from fetch(encoded)
 
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from spark_app.runtime.jvm.map_in_arrow import map_in_arrow
 from spark_app.runtime.sources.reader import CountingReader, ReadsItself
 
 SOURCE_CLASS = "dev.sparkapp.sources.PlannedSource"
@@ -81,7 +82,7 @@ def planned_stream(spark: SparkSession, new_reader: Callable[[], CountingReader]
     planner_id = uuid.uuid4().hex
     jvm.dev.sparkapp.sources.Planners.register(planner_id, DriverPlanner(new_reader))
     raw = spark.readStream.format(SOURCE_CLASS).option("planner", planner_id).options(**options).load()
-    return raw.mapInArrow(read_partitions, schema)
+    return map_in_arrow(raw, read_partitions, schema)
 
 
 def read_partitions(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +28,19 @@ def test_csv_bad_values_and_bad_rows_are_rejected_with_line_and_reason() -> None
         (4, "too,many,fields", "expected 2 fields, found 3"),
         (5, "big,99999999999", "column 'n': cannot read '99999999999' as INT"),
     ]
+
+
+def test_parsing_rows_good_and_bad_imports_no_pandas() -> None:
+    """pyarrow imports pandas (0.3 s on the test machine) at its first conversion of Python
+    values; parsing runs in every Python worker's first task, and needs none."""
+    code = ("import sys, pyarrow as pa\n"
+            "from spark_app.runtime.sources.parsing import parse_csv\n"
+            "schema = pa.schema([('word', pa.string()), ('n', pa.int32()), ('ts', pa.timestamp('us', tz='UTC'))])\n"
+            "parsed = parse_csv(b'word,n,ts\\nok,1,2024-01-01 10:00:00\\nbad,abc,2024-01-01T12:00:00+02:00\\n', schema)\n"
+            "assert parsed.table.num_rows == 1 and len(parsed.rejected) == 1, parsed\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_csv_without_a_schema_column_rejects_every_row() -> None:
