@@ -7,7 +7,8 @@ record batches). The same function is built here by the step after that check
 (``vectorized_udf``, which validates the function's type) and handed to the Dataset's
 ``mapInArrow`` as pyspark does (pyspark 4.1: the function's column, no barrier, no resource
 profile). pyspark's numpy converters import pandas too; ``session.build_session`` replaces
-them.
+them. ``functions.lit`` still imports it, through the same check for numpy, in a pipeline
+that calls it (a shared table's publisher and readers do).
 """
 
 from __future__ import annotations
