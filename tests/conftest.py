@@ -18,14 +18,6 @@ if TYPE_CHECKING:
     from localcluster import ClusterInfo
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked ``minutes`` first, each folder's order otherwise kept. pytest-xdist
-    hands tests out in this order: collected by name, a run of two workers ended with the
-    longest tests (shared tables, a table's backfill), and one worker idle while the other
-    ran the last of them."""
-    items.sort(key=lambda item: item.get_closest_marker("minutes") is None)
-
-
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[ClusterInfo]:
     """A localcluster.ClusterInfo: kubeconfig, apiserver_url, s3_endpoint, env()."""

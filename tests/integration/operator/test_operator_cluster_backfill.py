@@ -74,7 +74,6 @@ def folded(changelog: Path) -> dict[int, tuple[int, int]]:
     return {k[0]: (row["n"], row["value"]) for k, row in fold(read_changelog(changelog), ("id",)).items()}
 
 
-@pytest.mark.minutes
 def test_the_backfill_rate_follows_the_resource_without_a_restart(ns: Namespace, operator: Operator,
                                                                   table: Path) -> None:
     ns.apply(reader(rows_per_second=0))

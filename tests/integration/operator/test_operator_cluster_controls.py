@@ -9,7 +9,6 @@ from ppl_cluster import Namespace, Operator, eventually, replay, wordcount, writ
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
-@pytest.mark.minutes
 def test_suspend_stops_gracefully_resume_continues_and_restart_nonce_restarts(
         ns: Namespace, operator: Operator) -> None:
     data = ns.folder("data")

@@ -24,7 +24,6 @@ def executors(ns: Namespace) -> list[str]:
     return [p.metadata.name for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
 
 
-@pytest.mark.minutes
 def test_executors_are_pods_of_the_driver_and_a_relaunch_replaces_them(ns: Namespace, operator: Operator) -> None:
     ns.rbac.replace_namespaced_role("spark-app-driver", ns.name, EXECUTOR_RBAC)
     data = ns.folder("data")

@@ -115,7 +115,6 @@ def test_restarting_the_operator_in_the_middle_of_a_relaunch_creates_no_second_d
     assert ns.event_reasons("wordcount").count("DriverLost") == 1
 
 
-@pytest.mark.minutes
 def test_a_storage_outage_longer_than_the_drivers_budget_heals_by_itself(
         ns: Namespace, operator: Operator, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The S3 server goes away (a proxy in front of it is stopped) for longer than the

@@ -89,7 +89,6 @@ def other_ns(ns: Namespace, api: client.ApiClient) -> Iterator[Namespace]:
     other.core.delete_namespace(name)
 
 
-@pytest.mark.minutes
 def test_a_reader_waits_for_its_table_starts_by_itself_and_releases_its_hold_when_deleted(
         ns: Namespace, operator: Operator, other_ns: Namespace, tmp_path: Path) -> None:
     ns.apply(tiers(ns.name))

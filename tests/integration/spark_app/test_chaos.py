@@ -137,7 +137,6 @@ def frozen_workspace(request: pytest.FixtureRequest, tmp_path) -> Workspace:  # 
     return open_backend_workspace(request, tmp_path, request.node.callspec.params["case"][1])
 
 
-@pytest.mark.minutes
 @pytest.mark.parametrize("case", FROZEN_CASES, ids=[f"{b}-{r}" for r, b in FROZEN_CASES])
 def test_a_frozen_stale_driver_thawed_after_compaction_writes_nothing_that_survives(
         frozen_workspace: Workspace, case: tuple[int, str]) -> None:

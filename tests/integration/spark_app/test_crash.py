@@ -111,7 +111,6 @@ def test_a_crash_in_the_commit_window_is_replayed_exactly(fs_workspace: Workspac
     assert multiset(read_changelog(fs_workspace.out / "even.jsonlines")) == expected_even(range(4))
 
 
-@pytest.mark.minutes
 def test_a_crash_in_the_middle_of_iterating_gives_the_uninterrupted_result(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Killed after an iteration of the second batch's fixed point: the stored F of the first
     batch is intact, and the replay produces the same components as a run without a crash.

@@ -98,7 +98,6 @@ class HoldWatch:
                 self.problems.append(f"hold {hold} above version {plan} of the newest stored plan")
 
 
-@pytest.mark.minutes
 def test_a_new_reader_backfills_a_shared_table_through_changes_compaction_and_a_kill(
         shared: SharedWorkspace) -> None:
     started = time.monotonic()

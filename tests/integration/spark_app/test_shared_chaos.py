@@ -56,7 +56,6 @@ def feed(shared: SharedWorkspace, pace: float) -> threading.Thread:
     return thread
 
 
-@pytest.mark.minutes
 @pytest.mark.parametrize("case", CASES, ids=[f"{b}-{r}" for r, b in CASES])
 def test_a_publisher_and_its_readers_killed_at_random_lose_and_repeat_nothing(
         chaos_shared: SharedWorkspace, case: tuple[int, str]) -> None:

@@ -122,7 +122,6 @@ def feed_batches(shared: SharedWorkspace, publisher, files: range) -> None:  # t
         publisher.wait_for_log(f"orders: {f + 1} files", timeout=120)
 
 
-@pytest.mark.minutes
 def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_once_released(
         fs_shared: SharedWorkspace) -> None:
     shared = fs_shared
@@ -174,7 +173,6 @@ def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_o
     shared.check_tiers(range(12), name="fast")
 
 
-@pytest.mark.minutes
 def test_a_reader_whose_hold_was_broken_refuses_to_start_saying_what_is_gone(fs_shared: SharedWorkspace) -> None:
     shared = fs_shared
     shared.add_orders(0)
@@ -201,7 +199,6 @@ def test_a_reader_whose_hold_was_broken_refuses_to_start_saying_what_is_gone(fs_
     assert publisher.wait() == 0
 
 
-@pytest.mark.minutes
 def test_a_publisher_killed_in_the_middle_of_a_compaction_leaves_a_readable_table(
         fs_shared: SharedWorkspace) -> None:
     shared = fs_shared

@@ -87,7 +87,6 @@ def setting(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Wo
         workspace.kill_all()
 
 
-@pytest.mark.minutes
 @pytest.mark.parametrize("case", CASES, ids=[f"{b}-{s}" for s, b in CASES])
 def test_a_reader_killed_during_its_backfill_ends_with_exactly_the_table(
         setting: tuple[Workspace, Writer, str, dict[str, str]], case: tuple[int, str]) -> None:
