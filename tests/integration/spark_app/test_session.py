@@ -96,8 +96,8 @@ def test_a_pipeline_starts_no_python_process_to_plan_its_file_sources(fs_workspa
 def test_neither_a_pipelines_driver_nor_its_workers_import_pandas(fs_workspace: Workspace, tmp_path: Path) -> None:
     """pandas costs a Python process 0.3 to 0.4 s to import on the test machine, and nothing
     of a pipeline uses it; pyspark imported it in the driver (mapInArrow's function, the
-    numpy converters) and pyarrow in each worker (an array built from Python values when a
-    file had a malformed row; runtime/jvm/map_in_arrow.py, sources/parsing.py)."""
+    numpy converters) and pyarrow in each worker (the parser's row mask, built from Python
+    values for every file; runtime/jvm/map_in_arrow.py, sources/parsing.py)."""
     imports = tmp_path / "pandas-imports"
     hook = tmp_path / "hook"
     hook.mkdir()
