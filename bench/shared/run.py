@@ -7,9 +7,12 @@
 
 Both read the same ORDERS files (FILES x ROWS orders over CUSTOMERS customers). For each:
 total CPU seconds of every process (Python drivers and their JVMs, sampled from /proc),
-the bytes of state they keep (everything under their state roots: the publisher's
-includes the table), wall time to read all input, and end-to-end latency of a new order
-(a file with one order of a new customer, until it is in all three outputs).
+and of it the JVMs' JIT compiler threads (C1, C2); the bytes of state they keep
+(everything under their state roots: the publisher's includes the table), wall time to
+read all input, and end-to-end latency of a new order (a file with one order of a new
+customer, until it is in all three outputs). Then as many orders again (the steady
+phase), to the drivers now running: its CPU seconds are what new input costs a
+deployment that has started, read its backlog and compiled its hot code.
 
 Then the publisher's batch latency (a new orders file until the table's next version)
 with 0, 1 and 4 readers attached in turn, for --latency-rounds rounds after a warm-up
@@ -44,6 +47,7 @@ from spark_app.storage import FilesystemStorage  # noqa: E402
 HERE = Path(__file__).resolve().parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 HEADER = "order_id,customer_id,region,amount"
+STEADY_SENTINEL = "zz-steady"
 
 
 class Group:
@@ -59,6 +63,7 @@ class Group:
                                             start_new_session=True)
         self.log = log
         self._cpu: dict[int, float] = {}
+        self.jit = 0.0
 
     def sample(self) -> None:
         """Each process of the session: its CPU time and that of the children it waited for."""
@@ -78,8 +83,27 @@ class Group:
     def cpu_seconds(self) -> float:
         return sum(self._cpu.values())
 
+    def jit_seconds(self) -> float:
+        """CPU time of the JVM's JIT compiler threads (C1, C2), which live as long as the JVM."""
+        total = 0.0
+        for pid in self._cpu:
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    stat = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+                except OSError:
+                    continue
+                name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+                if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+                    total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return total
+
     def stop(self) -> None:
         self.sample()
+        self.jit = self.jit_seconds()
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -136,7 +160,8 @@ def latency(work: Path, inputs: Path, outputs: list[Path], groups: list[Group], 
 
 
 def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[str]]], outputs: list[Path],
-            state_roots: list[Path], sentinel: str, markers: int, first_ready: Any = None) -> dict[str, Any]:
+            state_roots: list[Path], sentinel: str, markers: int, steady: list[list[str]],
+            first_ready: Any = None) -> dict[str, Any]:
     progress(f"{name}: {len(starts)} drivers")
     began = time.monotonic()
     groups: list[Group] = []
@@ -147,12 +172,32 @@ def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[st
     wait("all input read", groups, lambda: all(contains(o, sentinel) for o in outputs))
     bulk = time.monotonic() - began
     lat = [latency(work, inputs, outputs, groups, f"mk-{name}-{i}") for i in range(markers)]
+    # The same input again, to drivers that have started, read a backlog and compiled their
+    # hot code: what each new order costs a long-running deployment, without the starts.
+    state_bytes = {r.name: folder_bytes(r) for r in state_roots}
+    for g in groups:
+        g.sample()
+    cpu_before = {g.log.name: g.cpu_seconds for g in groups}
+    steady_began = time.monotonic()
+    for f, rows in enumerate(steady):
+        write_orders(inputs, f"steady-{f:04d}.csv", rows)
+    wait("the steady input read", groups, lambda: all(contains(o, STEADY_SENTINEL) for o in outputs))
+    for g in groups:
+        g.sample()
+    steady_s = time.monotonic() - steady_began
+    steady_cpu = {label: g.cpu_seconds - cpu_before[g.log.name] for (label, _), g in zip(starts, groups, strict=True)}
     for g in groups:
         g.stop()
     result = {"drivers": len(groups), "cpu_seconds": round(sum(g.cpu_seconds for g in groups), 1),
               "cpu_seconds_by_driver": {label: round(g.cpu_seconds, 1) for (label, _), g in zip(starts, groups, strict=True)},
-              "state_bytes": sum(folder_bytes(r) for r in state_roots),
-              "state_bytes_by_root": {r.name: folder_bytes(r) for r in state_roots},
+              "jit_cpu_seconds": round(sum(g.jit for g in groups), 1),
+              "jit_cpu_seconds_by_driver": {label: round(g.jit, 1) for (label, _), g in zip(starts, groups, strict=True)},
+              "steady": {"orders": sum(len(rows) for rows in steady), "cpu_seconds": round(sum(steady_cpu.values()), 1),
+                         "cpu_seconds_by_driver": {label: round(cpu, 1) for label, cpu in steady_cpu.items()},
+                         "seconds": round(steady_s, 1),
+                         "state_bytes_after": sum(folder_bytes(r) for r in state_roots)},
+              "state_bytes": sum(state_bytes.values()),
+              "state_bytes_by_root": state_bytes,
               "seconds_to_read_all_input": round(bulk, 1),
               "new_order_latency_s": {"median": round(statistics.median(lat), 2), "max": round(max(lat), 2),
                                       "all": [round(x, 2) for x in lat]}}
@@ -228,7 +273,7 @@ def publisher_latency(work: Path, markers: int, rounds: int, counts: tuple[int, 
     return {"by_readers": by_count, "phases": phases}
 
 
-def recompute_variant(work: Path, markers: int) -> dict[str, Any]:
+def recompute_variant(work: Path, markers: int, steady: list[list[str]]) -> dict[str, Any]:
     """(a): three pipelines, each recomputing the aggregate from the raw orders."""
     return variant(
         "a-recompute", work, work / "orders",
@@ -236,10 +281,10 @@ def recompute_variant(work: Path, markers: int) -> dict[str, Any]:
                                       str(work / f"out-{i}.jsonlines"), "--state", str(work / "state" / f"p{i}")))
          for i in range(3)],
         [work / f"out-{i}.jsonlines" for i in range(3)], [work / "state" / f"p{i}" for i in range(3)],
-        "zz-sentinel", markers)
+        "zz-sentinel", markers, steady)
 
 
-def shared_variant(work: Path, markers: int) -> dict[str, Any]:
+def shared_variant(work: Path, markers: int, steady: list[list[str]]) -> dict[str, Any]:
     """(b): one publisher of the aggregate and three readers of its changes."""
     publisher_state = work / "state" / "publisher"
     table_log = TableLog(FilesystemStorage(str(publisher_state / "tables" / "customers")))
@@ -252,7 +297,7 @@ def shared_variant(work: Path, markers: int) -> dict[str, Any]:
                                    str(work / "state" / f"r{i}"))) for i in range(3)],
         [work / f"out-{i}.jsonlines" for i in range(3)],
         [publisher_state, *(work / "state" / f"r{i}" for i in range(3))], "zz-sentinel",
-        markers, first_ready=table_log.exists)
+        markers, steady, first_ready=table_log.exists)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -268,7 +313,7 @@ def main() -> None:
     parser.add_argument("--markers", type=int, default=5)
     parser.add_argument("--latency-markers", type=int, default=8)
     parser.add_argument("--latency-rounds", type=int, default=2,
-                        help="rounds of 0, 1 and 4 readers for the publisher's latency, after a warm-up")
+                        help="rounds of 0, 1 and 4 readers for the publisher's latency, after a warm-up (0: none)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="pairs of (a) and (b), their order alternating; 0: the publisher's latency alone")
     parser.add_argument("--keep", action="store_true", help="keep the working folder")
@@ -279,6 +324,8 @@ def main() -> None:
         # The same input for both variants; the last file names a sentinel customer.
         files = [orders(f, options.rows, options.customers, chance) for f in range(options.files)]
         files[-1].append("sentinel,zz-sentinel,a,1")
+        steady = [orders(options.files + f, options.rows, options.customers, chance) for f in range(options.files)]
+        steady[-1].append(f"steady-sentinel,{STEADY_SENTINEL},a,1")
         pairs: list[dict[str, Any]] = []
         for repeat in range(options.repeats):
             progress(f"pair {repeat + 1} of {options.repeats}")
@@ -288,19 +335,23 @@ def main() -> None:
                 folder = work / f"{name}{repeat}"
                 for f, rows in enumerate(files):
                     write_orders(folder / "orders", f"part-{f:04d}.csv", rows)
-                runs[name] = (recompute_variant if name == "a" else shared_variant)(folder, options.markers)
+                runs[name] = (recompute_variant if name == "a" else shared_variant)(folder, options.markers, steady)
                 if not options.keep:
                     shutil.rmtree(folder, ignore_errors=True)
             a, b = runs["a"], runs["b"]
             pairs.append({"a_three_recomputing_pipelines": a, "b_publisher_and_three_readers": b, "ratios": {
                 "cpu_b_over_a": round(b["cpu_seconds"] / a["cpu_seconds"], 3),
+                "steady_cpu_b_over_a": round(b["steady"]["cpu_seconds"] / a["steady"]["cpu_seconds"], 3),
+                "cpu_without_jit_b_over_a": round((b["cpu_seconds"] - b["jit_cpu_seconds"])
+                                                  / (a["cpu_seconds"] - a["jit_cpu_seconds"]), 3),
                 "state_b_over_a": round(b["state_bytes"] / a["state_bytes"], 3),
                 "latency_b_over_a": round(b["new_order_latency_s"]["median"] / a["new_order_latency_s"]["median"], 3)}})
             progress(f"pair {repeat + 1}: {pairs[-1]['ratios']}")
         ratios = {key: spread([p["ratios"][key] for p in pairs]) for key in pairs[0]["ratios"]} if pairs else {}
         progress(f"ratios over {len(pairs)} pairs: {ratios}")
         (work / "c").mkdir()
-        publisher = publisher_latency(work / "c", options.latency_markers, options.latency_rounds)
+        publisher = (publisher_latency(work / "c", options.latency_markers, options.latency_rounds)
+                     if options.latency_rounds else None)
         write_results("shared", {
             "workload": {"files": options.files, "rows_per_file": options.rows, "customers": options.customers,
                          "repeats": options.repeats},
