@@ -177,7 +177,7 @@ def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[st
     state_bytes = {r.name: folder_bytes(r) for r in state_roots}
     for g in groups:
         g.sample()
-    cpu_before = {g.log.name: g.cpu_seconds for g in groups}
+    cpu_before = [g.cpu_seconds for g in groups]
     steady_began = time.monotonic()
     for f, rows in enumerate(steady):
         write_orders(inputs, f"steady-{f:04d}.csv", rows)
@@ -185,7 +185,8 @@ def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[st
     for g in groups:
         g.sample()
     steady_s = time.monotonic() - steady_began
-    steady_cpu = {label: g.cpu_seconds - cpu_before[g.log.name] for (label, _), g in zip(starts, groups, strict=True)}
+    steady_cpu = {label: g.cpu_seconds - before
+                  for (label, _), g, before in zip(starts, groups, cpu_before, strict=True)}
     for g in groups:
         g.stop()
     result = {"drivers": len(groups), "cpu_seconds": round(sum(g.cpu_seconds for g in groups), 1),
