@@ -631,11 +631,18 @@ def apply_runtime_conf(spark: SparkSession, conf: dict[str, str], requested: Map
     for key, value in conf.items():
         if key.startswith("spark.hadoop."):
             hadoop.set(key.removeprefix("spark.hadoop."), value)
-        elif key.startswith("spark.sql.") and spark.conf.get(key, None) != value and spark.conf.isModifiable(key):
+            continue
+        # A SQL setting is read from the session, where a static one that the session was not
+        # built with has its default: the SparkConf it started with does not list it.
+        current = spark.conf.get(key, None) if key.startswith("spark.sql.") else started.get(key, value)
+        if current == value:
+            continue
+        if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
             spark.conf.set(key, value)
-        elif key in requested and started.get(key, value) != value:
+        elif key in requested:
             log.warning("Spark setting %s=%s takes effect only when set before the first source is read "
-                        "(e.g. in %s); the session runs with %s", key, value, contract.SPARK_CONF, started[key])
+                        "(e.g. in %s); the session runs with %s", key, value, contract.SPARK_CONF,
+                        "its default" if current is None else current)
 
 
 class QueryFailed(Exception):

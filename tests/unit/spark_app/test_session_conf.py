@@ -46,3 +46,37 @@ def test_an_s3_compatible_server_gets_local_files_through_s3as_output_stream_and
     on_aws = spark_conf(Backend.s3("s3://bucket/state", region="eu-west-1"), 1000, {})
     assert on_server["spark.hadoop.fs.s3a.optimized.copy.from.local.enabled"] == "false"
     assert "spark.hadoop.fs.s3a.optimized.copy.from.local.enabled" not in on_aws
+
+
+class _FakeSession:
+    """What apply_runtime_conf asks of a started session: its SparkConf as started, its SQL
+    settings (``static`` ones cannot change any more) and Hadoop's configuration."""
+
+    def __init__(self, started: dict[str, str], sql: dict[str, str], static: set[str]) -> None:
+        from types import SimpleNamespace
+
+        self.hadoop: dict[str, str] = {}
+        self.sql, self.static = sql, static
+        conf = SimpleNamespace(getAll=lambda: list(started.items()))
+        self.sparkContext = SimpleNamespace(getConf=lambda: conf,
+                                            _jsc=SimpleNamespace(hadoopConfiguration=lambda: SimpleNamespace(
+                                                set=self.hadoop.__setitem__)))
+        self.conf = SimpleNamespace(get=lambda key, default=None: self.sql.get(key, default),
+                                    isModifiable=lambda key: key not in self.static, set=self.sql.__setitem__)
+
+
+def test_a_requested_static_sql_setting_that_came_too_late_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """A static SQL setting (one Spark reads once, when the session starts) that the
+    pipeline asked for after the session had started was dropped without a word when the
+    session had not been built with it; it is named in a warning, and a runtime one is set."""
+    from spark_app.runtime.driver import apply_runtime_conf
+
+    session = _FakeSession(started={}, sql={}, static={"spark.sql.extensions"})
+    requested = {"spark.sql.extensions": "com.example.Extension", "spark.sql.shuffle.partitions": "8"}
+    with caplog.at_level("WARNING", logger="spark_app"):
+        apply_runtime_conf(session, {**requested, "spark.hadoop.fs.s3a.connection.maximum": "4"},  # type: ignore[arg-type]
+                           requested=requested)
+    assert session.sql == {"spark.sql.shuffle.partitions": "8"}
+    assert session.hadoop == {"fs.s3a.connection.maximum": "4"}
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "spark.sql.extensions=com.example.Extension" in warned[0], warned
