@@ -69,6 +69,7 @@ class S3:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self._process = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1",
                                           "-p", str(self.port)], stdout=self._log, stderr=subprocess.STDOUT)
@@ -99,6 +100,15 @@ class S3:
         for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             total += sum(item["Size"] for item in page.get("Contents", []))
         return total
+
+    def usage(self) -> tuple[float, int]:
+        """The server's CPU seconds so far (it shares the machine's cores with the driver) and
+        the requests it has logged (one line each)."""
+        fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        self._log.flush()
+        requests = sum(1 for line in self._log_path.read_bytes().splitlines() if b'HTTP/1.1"' in line)
+        return cpu, requests
 
     def stop(self) -> None:
         self._process.terminate()
@@ -291,10 +301,16 @@ def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S
     resumes = []
     for number in range(rounds):
         marker = write_marker(case)
+        before = s3.usage() if case.s3 and s3 else None
         resumed = timed_to_marker(case, f"resume-{number}", marker)
+        if before is not None and s3 is not None:
+            after = s3.usage()
+            resumed["s3_server"] = {"cpu_seconds": round(after[0] - before[0], 2), "requests": after[1] - before[1]}
         resumes.append(resumed)
+        server = (f"; S3 server {resumed['s3_server']['cpu_seconds']} CPU s, "
+                  f"{resumed['s3_server']['requests']} requests" if "s3_server" in resumed else "")
         progress(f"{case.name}: resume {number + 1}/{rounds} {resumed['seconds']:.1f} s "
-                 f"({_split(resumed)})")
+                 f"({_split(resumed)}{server})")
     median = statistics.median(r["seconds"] for r in resumes)
     return {"case": case.name, "kind": kind, "keys": keys, "backend": backend, "history_files": files,
             "state_bytes": state_bytes, "recompute": recompute, "resumes": resumes,
