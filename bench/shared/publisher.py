@@ -11,10 +11,11 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--orders", required=True)
 parser.add_argument("--state", required=True)
 parser.add_argument("--trigger-interval-ms", type=int, default=500)
+parser.add_argument("--max-bytes-per-trigger", type=int)
 args = parser.parse_args()
 
 orders = sa.io.csv.read(args.orders, schema="order_id STRING, customer_id STRING, region STRING, amount LONG",
-                        persistent_id="orders")
+                        persistent_id="orders", max_bytes_per_trigger=args.max_bytes_per_trigger)
 customers = (orders.groupBy("customer_id")
              .agg(F.max("region").alias("region"), F.count("*").alias("open_orders"), F.sum("amount").alias("total")))
 sa.io.tables.publish(customers, name="customers", key=["customer_id"])

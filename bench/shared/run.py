@@ -10,9 +10,10 @@ total CPU seconds of every process (Python drivers and their JVMs, sampled from 
 and of it the JVMs' JIT compiler threads (C1, C2); the bytes of state they keep
 (everything under their state roots: the publisher's includes the table), wall time to
 read all input, and end-to-end latency of a new order (a file with one order of a new
-customer, until it is in all three outputs). Then as many orders again (the steady
-phase), to the drivers now running: its CPU seconds are what new input costs a
-deployment that has started, read its backlog and compiled its hot code.
+customer, until it is in all three outputs). Then FILES files of --steady-rows orders
+(as many as before by default; the steady phase), to the drivers now running: its CPU
+seconds are what new input costs a deployment that has started, read its backlog and
+compiled its hot code, and the table versions the publisher made of it.
 
 Then the publisher's batch latency (a new orders file until the table's next version)
 with 0, 1 and 4 readers attached in turn, for --latency-rounds rounds after a warm-up
@@ -161,7 +162,7 @@ def latency(work: Path, inputs: Path, outputs: list[Path], groups: list[Group], 
 
 def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[str]]], outputs: list[Path],
             state_roots: list[Path], sentinel: str, markers: int, steady: list[list[str]],
-            first_ready: Any = None) -> dict[str, Any]:
+            first_ready: Any = None, versions: Any = None) -> dict[str, Any]:
     progress(f"{name}: {len(starts)} drivers")
     began = time.monotonic()
     groups: list[Group] = []
@@ -178,6 +179,7 @@ def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[st
     for g in groups:
         g.sample()
     cpu_before = [g.cpu_seconds for g in groups]
+    versions_before = versions() if versions else None
     steady_began = time.monotonic()
     for f, rows in enumerate(steady):
         write_orders(inputs, f"steady-{f:04d}.csv", rows)
@@ -196,6 +198,7 @@ def variant(name: str, work: Path, inputs: Path, starts: list[tuple[str, list[st
               "steady": {"orders": sum(len(rows) for rows in steady), "cpu_seconds": round(sum(steady_cpu.values()), 1),
                          "cpu_seconds_by_driver": {label: round(cpu, 1) for label, cpu in steady_cpu.items()},
                          "seconds": round(steady_s, 1),
+                         "table_versions": versions() - versions_before if versions else None,
                          "state_bytes_after": sum(folder_bytes(r) for r in state_roots)},
               "state_bytes": sum(state_bytes.values()),
               "state_bytes_by_root": state_bytes,
@@ -274,31 +277,31 @@ def publisher_latency(work: Path, markers: int, rounds: int, counts: tuple[int, 
     return {"by_readers": by_count, "phases": phases}
 
 
-def recompute_variant(work: Path, markers: int, steady: list[list[str]]) -> dict[str, Any]:
+def recompute_variant(work: Path, markers: int, steady: list[list[str]], limit: list[str]) -> dict[str, Any]:
     """(a): three pipelines, each recomputing the aggregate from the raw orders."""
     return variant(
         "a-recompute", work, work / "orders",
         [(f"recompute-{i}", spark_app(str(HERE / "recompute.py"), "--orders", str(work / "orders"), "--output",
-                                      str(work / f"out-{i}.jsonlines"), "--state", str(work / "state" / f"p{i}")))
+                                      str(work / f"out-{i}.jsonlines"), "--state", str(work / "state" / f"p{i}"), *limit))
          for i in range(3)],
         [work / f"out-{i}.jsonlines" for i in range(3)], [work / "state" / f"p{i}" for i in range(3)],
         "zz-sentinel", markers, steady)
 
 
-def shared_variant(work: Path, markers: int, steady: list[list[str]]) -> dict[str, Any]:
+def shared_variant(work: Path, markers: int, steady: list[list[str]], limit: list[str]) -> dict[str, Any]:
     """(b): one publisher of the aggregate and three readers of its changes."""
     publisher_state = work / "state" / "publisher"
     table_log = TableLog(FilesystemStorage(str(publisher_state / "tables" / "customers")))
     return variant(
         "b-shared", work, work / "orders",
         [("publisher", spark_app(str(HERE / "publisher.py"), "--orders", str(work / "orders"), "--state",
-                                 str(publisher_state)))] +
+                                 str(publisher_state), *limit))] +
         [(f"reader-{i}", spark_app(str(HERE / "reader.py"), "--publisher-state", str(publisher_state),
                                    "--output", str(work / f"out-{i}.jsonlines"), "--state",
                                    str(work / "state" / f"r{i}"))) for i in range(3)],
         [work / f"out-{i}.jsonlines" for i in range(3)],
         [publisher_state, *(work / "state" / f"r{i}" for i in range(3))], "zz-sentinel",
-        markers, steady, first_ready=table_log.exists)
+        markers, steady, first_ready=table_log.exists, versions=table_log.latest)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -311,6 +314,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=12)
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--customers", type=int, default=20000)
+    parser.add_argument("--steady-rows", type=int,
+                        help="orders per file of the steady phase (as many files as --files; default --rows)")
+    parser.add_argument("--max-bytes-per-trigger", type=int,
+                        help="the orders' bytes per batch, of the publisher and the recomputing pipelines "
+                             "(default spark_app's: 128 MiB)")
     parser.add_argument("--markers", type=int, default=5)
     parser.add_argument("--latency-markers", type=int, default=8)
     parser.add_argument("--latency-rounds", type=int, default=2,
@@ -325,8 +333,10 @@ def main() -> None:
         # The same input for both variants; the last file names a sentinel customer.
         files = [orders(f, options.rows, options.customers, chance) for f in range(options.files)]
         files[-1].append("sentinel,zz-sentinel,a,1")
-        steady = [orders(options.files + f, options.rows, options.customers, chance) for f in range(options.files)]
+        steady_rows = options.steady_rows or options.rows
+        steady = [orders(options.files + f, steady_rows, options.customers, chance) for f in range(options.files)]
         steady[-1].append(f"steady-sentinel,{STEADY_SENTINEL},a,1")
+        limit = ["--max-bytes-per-trigger", str(options.max_bytes_per_trigger)] if options.max_bytes_per_trigger else []
         pairs: list[dict[str, Any]] = []
         for repeat in range(options.repeats):
             progress(f"pair {repeat + 1} of {options.repeats}")
@@ -336,7 +346,8 @@ def main() -> None:
                 folder = work / f"{name}{repeat}"
                 for f, rows in enumerate(files):
                     write_orders(folder / "orders", f"part-{f:04d}.csv", rows)
-                runs[name] = (recompute_variant if name == "a" else shared_variant)(folder, options.markers, steady)
+                runs[name] = (recompute_variant if name == "a" else shared_variant)(folder, options.markers, steady,
+                                                                                     limit)
                 if not options.keep:
                     shutil.rmtree(folder, ignore_errors=True)
             a, b = runs["a"], runs["b"]
@@ -355,6 +366,7 @@ def main() -> None:
                      if options.latency_rounds else None)
         write_results("shared", {
             "workload": {"files": options.files, "rows_per_file": options.rows, "customers": options.customers,
+                         "steady_rows_per_file": steady_rows, "max_bytes_per_trigger": options.max_bytes_per_trigger,
                          "repeats": options.repeats},
             "ratios": ratios, "pairs": pairs,
             "goals": {"cpu_b_over_a": "<= 0.5", "state_b_over_a": "<= 0.4", "publisher_latency_ratio": "<= 1.05"},
