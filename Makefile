@@ -194,11 +194,10 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	@echo ">>> local control plane"
 	$(PYTEST) tests/integration/localcluster -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> the state layer and spark_app on real Spark (filesystem and S3 backends)"
-	@# Three workers on 2 cores: much of a driver test is JVM start-up and waiting (two workers:
-	@# 925 s against 1,220 s serial). With two, the cores were 89% busy (26 of these tests, 388 s);
-	@# with three, 96% and 363 s, the same 690 CPU-s. Tests marked long (a longer variant of a
-	@# behaviour a shorter test here covers) are left to make test-long.
-	$(TEST_JVM) $(PYTEST) $(SPARK_SUITES) -m "not long" -q -n 3 --durations=5 $(PYTEST_ARGS)
+	@# Two workers: much of a driver test is JVM start-up and waiting (925 s against 1,220 s serial).
+	@# Tests marked long (a longer variant of a behaviour a shorter test here covers) are left to
+	@# make test-long; the stage is CPU-bound on 2 cores, so only less work makes it shorter.
+	$(TEST_JVM) $(PYTEST) $(SPARK_SUITES) -m "not long" -q -n 2 --durations=5 $(PYTEST_ARGS)
 	@echo ">>> operator on the local cluster"
 	@# Two workers on one cluster (a namespace and an operator per test): most of a test is
 	@# waiting for a driver's JVM, a batch or a backoff. The cluster is brought up first and
