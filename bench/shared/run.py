@@ -13,7 +13,8 @@ read all input, and end-to-end latency of a new order (a file with one order of 
 customer, until it is in all three outputs). Then FILES files of --steady-rows orders
 (as many as before by default; the steady phase), to the drivers now running: its CPU
 seconds are what new input costs a deployment that has started, read its backlog and
-compiled its hot code, and the table versions the publisher made of it.
+compiled its hot code, and the table versions made meanwhile (the publisher's batches,
+and a compaction's if one ran).
 
 Then the publisher's batch latency (a new orders file until the table's next version)
 with 0, 1 and 4 readers attached in turn, for --latency-rounds rounds after a warm-up
