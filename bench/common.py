@@ -61,6 +61,12 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """A live process's own CPU seconds so far (user and system, from /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def progress(message: str) -> None:
     print(f">>> [{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

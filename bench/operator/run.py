@@ -38,11 +38,11 @@ from kubernetes import client, config, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from bench.common import process_cpu_seconds  # noqa: E402
 from localcluster import Cluster  # noqa: E402
 
 GROUP, VERSION, PLURAL = "sparkapp.dev", "v1alpha1", "persistentpipelines"
 FAKE_DRIVER = ["sh", "-c", "trap 'kill $! 2>/dev/null; exit 0' TERM; sleep 100000 & wait"]
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def pipeline(name: str) -> dict[str, Any]:
@@ -117,8 +117,7 @@ class OperatorProcess:
             return None
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+        return process_cpu_seconds(self.process.pid)
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():

@@ -47,7 +47,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, SPARK_CONF, progress, run_process, spark_app, stop_on_sigterm, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    REPO,
+    SPARK_CONF,
+    process_cpu_seconds,
+    progress,
+    run_process,
+    spark_app,
+    stop_on_sigterm,
+    write_results,
+)
 from spark_app.runtime.startup import LINE_PREFIX, parse  # noqa: E402
 
 PIPELINE = str(REPO / "bench/resume/pipeline.py")
@@ -104,8 +113,7 @@ class S3:
     def usage(self) -> tuple[float, int]:
         """The server's CPU seconds so far (it shares the machine's cores with the driver) and
         the requests it has logged (one line each)."""
-        fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        cpu = process_cpu_seconds(self._process.pid)
         self._log.flush()
         requests = sum(1 for line in self._log_path.read_bytes().splitlines() if b'HTTP/1.1"' in line)
         return cpu, requests
