@@ -82,6 +82,7 @@ class KafkaBroker:
         topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
         admin = self.admin()  # held until the answer: a destroyed client fails its futures
         _result(admin.create_topics([topic], operation_timeout=CLIENT_SECONDS)[name])
+        self._wait_for_partitions(name, partitions)
 
     def new_topic(self, partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
         """A topic of its own (a fresh name), created with `partitions` partitions."""
@@ -93,6 +94,21 @@ class KafkaBroker:
         """Grows the topic to `total` partitions."""
         admin = self.admin()
         _result(admin.create_partitions([NewPartitions(topic, total)], operation_timeout=CLIENT_SECONDS)[topic])
+        self._wait_for_partitions(topic, total)
+
+    def _wait_for_partitions(self, topic: str, count: int) -> None:
+        """Returns once the broker's metadata lists `count` partitions of the topic. The admin
+        call is answered when the controller has committed the change; the broker applies it
+        to the metadata it serves a moment later, and a producer that asks in between is
+        told of the old partitions only (its write to a new one fails "Unknown partition")."""
+        deadline = time.monotonic() + CLIENT_SECONDS
+        while True:
+            found = self.admin().list_topics(topic, timeout=CLIENT_SECONDS).topics[topic]
+            if found.error is None and len(found.partitions) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} not listed with {count} partitions in {CLIENT_SECONDS:.0f} s")
+            time.sleep(0.05)
 
     def partitions(self, topic: str) -> list[int]:
         metadata = self.admin().list_topics(topic, timeout=CLIENT_SECONDS)
