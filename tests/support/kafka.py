@@ -101,9 +101,9 @@ class KafkaBroker:
         call is answered when the controller has committed the change; the broker applies it
         to the metadata it serves a moment later, and a producer that asks in between is
         told of the old partitions only (its write to a new one fails "Unknown partition")."""
-        deadline = time.monotonic() + CLIENT_SECONDS
+        admin, deadline = self.admin(), time.monotonic() + CLIENT_SECONDS
         while True:
-            found = self.admin().list_topics(topic, timeout=CLIENT_SECONDS).topics[topic]
+            found = admin.list_topics(topic, timeout=CLIENT_SECONDS).topics[topic]
             if found.error is None and len(found.partitions) >= count:
                 return
             if time.monotonic() > deadline:
