@@ -15,7 +15,10 @@ mkdir -p "$bin_links" "$cache/go"
 exec 9> "$cache/go/.build.lock"
 flock 9
 
-export GOFLAGS="-mod=mod -buildvcs=false -trimpath"
+# No DWARF from the compiler: the linker strips it anyway (-s -w), and generating it cost
+# a tenth to a sixth of a build from an empty Go cache (etcd, 5 alternated pairs: 0.75 to
+# 1.04x, median 0.90; all three tools 636 s and 1,216 CPU s against 770 s and 1,458 the day before).
+export GOFLAGS="-mod=mod -buildvcs=false -trimpath -gcflags=all=-dwarf=false"
 export CGO_ENABLED=0
 export GOTOOLCHAIN=local
 
