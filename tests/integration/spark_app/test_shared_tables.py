@@ -30,7 +30,7 @@ pytestmark = pytest.mark.spark
 # more, over the bound asserted); make test-shared-storage: 500.
 STORAGE_BATCHES = int(os.environ.get("SHARED_STORAGE_BATCHES", "30"))
 FAST = ("--compact-every-batches", "1", "--compact-every-s", "2", "--compaction-margin-s", "0")
-CHECKPOINT_EVERY_4 = spark_conf_env(**{"spark.databricks.delta.properties.defaults.checkpointInterval": "4"})
+CHECKPOINT_EVERY_2 = spark_conf_env(**{"spark.databricks.delta.properties.defaults.checkpointInterval": "2"})
 
 
 def head(workspace: SharedWorkspace, name: str) -> dict[str, object]:
@@ -126,9 +126,9 @@ def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_o
         fs_shared: SharedWorkspace) -> None:
     shared = fs_shared
     shared.add_orders(0)
-    # Delta checkpoints the table every 4 versions (10 by default), so that a few batches
+    # Delta checkpoints the table every 2 versions (10 by default), so that a few batches
     # past the hold put a checkpoint between it and the newest version.
-    publisher = shared.publisher(*FAST, "--max-files-per-trigger", "1", env=CHECKPOINT_EVERY_4).start()
+    publisher = shared.publisher(*FAST, "--max-files-per-trigger", "1", env=CHECKPOINT_EVERY_2).start()
     publisher.wait_for_log("orders: 1 files")
     run(shared.tiers("--stop-when-idle", name="slow"))  # then suspended: its driver is gone, its hold stays
     slow = reader_id(shared, "slow")
@@ -136,20 +136,20 @@ def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_o
     held = registry.hold(slow)
     assert held is not None
     fast = shared.tiers(name="fast").start()
-    feed_batches(shared, publisher, range(1, 8))
+    feed_batches(shared, publisher, range(1, 5))
     # Compaction has run past a checkpoint and several batches, and stops at the suspended reader's hold.
     frontier = wait_until("a compaction after the last batch", lambda: (f := registry.frontier()) is not None
-                          and f.latest >= held.version + 7 and f)
+                          and f.latest >= held.version + 4 and f)
     assert frontier.version == held.version
     fast.wait_for_log("fast_jsonlines: committed batch", timeout=60)
     assert registry.hold(slow).version == held.version  # type: ignore[union-attr]
 
     # Resumed, the suspended reader reads every change it missed: exact.
     run(shared.tiers("--stop-when-idle", name="slow"))
-    shared.check_tiers(range(8), name="slow")
+    shared.check_tiers(range(5), name="slow")
     caught_up = registry.hold(slow)
     assert caught_up is not None and caught_up.version > held.version
-    feed_batches(shared, publisher, range(8, 10))
+    feed_batches(shared, publisher, range(5, 7))
     wait_until("the frontier past the old hold", lambda: registry.frontier().version > held.version)  # type: ignore[union-attr]
     storage = table_storage(shared)
     log = TableLog(storage)
@@ -161,7 +161,7 @@ def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_o
     assert main(["tables", "release", "--reader", f"{slow.namespace}/{slow.pipeline}",
                  f"{shared.publisher_state}/tables/customers"]) == 0
     assert registry.hold(slow) is None
-    feed_batches(shared, publisher, range(10, 12))
+    feed_batches(shared, publisher, range(7, 9))
     fast_reader = reader_id(shared, "fast")
     wait_until("the frontier at the fast reader",
                lambda: registry.frontier().version >= min(registry.hold(fast_reader).version,  # type: ignore[union-attr]
@@ -170,7 +170,7 @@ def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_o
     assert publisher.wait() == 0, publisher.output()[-3000:]
     fast.terminate()
     assert fast.wait() == 0, fast.output()[-3000:]
-    shared.check_tiers(range(12), name="fast")
+    shared.check_tiers(range(9), name="fast")
 
 
 def test_a_reader_whose_hold_was_broken_refuses_to_start_saying_what_is_gone(fs_shared: SharedWorkspace) -> None:
@@ -202,14 +202,14 @@ def test_a_reader_whose_hold_was_broken_refuses_to_start_saying_what_is_gone(fs_
 def test_a_publisher_killed_in_the_middle_of_a_compaction_leaves_a_readable_table(
         fs_shared: SharedWorkspace) -> None:
     shared = fs_shared
-    for f in range(6):
+    for f in range(4):  # the first round deletes the files OPTIMIZE merged: the second dies in its deletions
         shared.add_orders(f)
     killed = shared.publisher(*FAST, "--max-files-per-trigger", "1",
                               env={"SPARK_APP_FAULT": f"{IN_TABLE_COMPACTION}:2"}).start()
     assert killed.wait(300) == -9, killed.output()[-3000:]
     run(shared.publisher("--stop-when-idle", *FAST))
     run(shared.tiers("--stop-when-idle"))
-    shared.check_tiers(range(6))
+    shared.check_tiers(range(4))
 
 
 @pytest.mark.long  # make test: the suspended reader's test sees compaction delete the old log
