@@ -68,6 +68,7 @@ from spark_app.state.identity import IncompatibleChange
 from spark_app.state.log import LogCorrupted
 from spark_app.state.records import QueryHead
 from spark_app.state.session import (
+    LEASE_KEY,
     AlreadyRunning,
     Fenced,
     Holder,
@@ -377,9 +378,20 @@ class Driver:
         log.info("stopping: %s", self._stop_reason)
         self._state = "stopping"
         self._stop_planners()
-        self._stop_queries(self._options.stop_timeout_s)
+        unreachable = self._unreachable_storage()
+        # In an outage the batch in flight cannot commit: it is abandoned at once.
+        self._stop_queries(0.0 if unreachable else self._options.stop_timeout_s)
         if self._fatal is not None:
             raise self._fatal
+        if unreachable is not None:
+            # Nothing more can be committed, and the stop's writes (the outputs' and the state
+            # stores' snapshots, the stop record, the lease's release) would each retry for
+            # the outage budget, Spark's stores through S3A's retries as well: a SIGTERM in
+            # an outage took 120 s, past any pod's grace period. The next driver resumes from
+            # the last commit.
+            raise StorageUnavailable(f"stopping ({self._stop_reason}) while the state's storage is unreachable "
+                                     f"({unreachable}): nothing more was committed; the next driver resumes "
+                                     f"from the last commit")
         if self._readers is not None and self._snapshots is not None:
             # The queries' batches are done: no replay reads where their last ones started.
             for name in settled_queries(self._snapshots, self.session.heads):
@@ -401,6 +413,16 @@ class Driver:
             self._reporter.close()
         log.info("stopped cleanly at %s", _describe_heads(self._session.heads))
         return contract.EXIT_OK
+
+    def _unreachable_storage(self) -> StorageUnavailable | None:
+        """Whether the state's storage answers, asked once without retries."""
+        once = RetryPolicy(deadline_s=0.0)
+        for backend in {self._config.metadata_storage, self._config.snapshot_storage}:
+            try:
+                backend.storage(once).list(LEASE_KEY)
+            except StorageUnavailable as error:
+                return error
+        return None
 
     def _stop_queries(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

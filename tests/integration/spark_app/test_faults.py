@@ -47,6 +47,41 @@ def test_sigterm_commits_and_exits_zero_within_the_grace_period(fs_workspace: Wo
     assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
 
 
+def test_sigterm_in_a_storage_outage_ends_the_driver_within_the_grace_period(s3_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM while S3 is unreachable (a pod deleted or a node drained during an outage):
+    nothing more can be committed, so the driver ends within Kubernetes' default grace
+    period of 30 s with EXIT_STORAGE_UNAVAILABLE, instead of retrying its stop's writes
+    until it is killed; once S3 is back the next driver resumes exactly."""
+    from tests.support.outage import Outage
+
+    outage = Outage(s3_server.endpoint_url, tmp_path / "outage.log")
+    outage.start()
+    workspace = Workspace(tmp_path, f"s3://{s3_server.new_bucket()}/p", outage.url)
+    try:
+        write_csv(workspace.inputs, "part-0.csv", "word,n", rows(0))
+        driver = workspace.driver("--outage-budget-s", "15").start()
+        driver.wait_for_log("words: 1 files")
+        outage.stop()
+        write_csv(workspace.inputs, "part-1.csv", "word,n", rows(1))  # a batch that cannot commit
+        time.sleep(3)
+        began = time.monotonic()
+        driver.terminate()
+        code = driver.wait(120)
+        took = time.monotonic() - began
+        print(f"SIGTERM in the outage: exit {code} after {took:.1f}s")
+        assert code == contract.EXIT_STORAGE_UNAVAILABLE, driver.output()[-3000:]
+        assert "while the state's storage is unreachable" in driver.termination_message()
+        assert took < 30, f"the stop took {took:.0f}s: {driver.output()[-3000:]}"
+        outage.start()
+        write_csv(workspace.inputs, "part-2.csv", "word,n", rows(2))
+        again = workspace.driver("--stop-when-idle").start()
+        assert again.wait() == 0, again.output()[-3000:]
+    finally:
+        workspace.kill_all()
+        outage.stop()
+    assert fold(read_changelog(workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(3))
+
+
 def test_a_storage_outage_mid_run_is_ridden_out_and_the_output_stays_exact(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import socket
 
