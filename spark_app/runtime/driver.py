@@ -415,7 +415,8 @@ class Driver:
         return contract.EXIT_OK
 
     def _unreachable_storage(self) -> StorageUnavailable | None:
-        """Whether the state's storage answers, asked once without retries."""
+        """The error of the state's storage if it does not answer, asked once without
+        retries (None if it answers)."""
         once = RetryPolicy(deadline_s=0.0)
         for backend in {self._config.metadata_storage, self._config.snapshot_storage}:
             try:
