@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,16 @@ def fold(changelog: list[dict[str, Any]], key: tuple[str, ...]) -> dict[tuple[An
             )
             del table[k]
     return table
+
+
+def passes(check: Callable[[], object]) -> bool:
+    """Whether ``check`` passes now: for waiting until a running driver's output is right
+    (an output being written may not be whole yet)."""
+    try:
+        check()
+    except (AssertionError, OSError, ValueError):
+        return False
+    return True
 
 
 def multiset(changelog: list[dict[str, Any]]) -> Counter[str]:

@@ -17,11 +17,12 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration.spark_app.harness import passes
 from tests.integration.spark_app.shared import SharedWorkspace, open_workspace
 from tests.integration.spark_app.test_shared_tables import txn_batches, wait_until
 
@@ -88,9 +89,9 @@ def test_a_publisher_and_its_readers_killed_at_random_lose_and_repeat_nothing(
     # The drivers of the last starts read everything there is, then stop on SIGTERM (each
     # commits what it has and exits 0). Starting three more drivers to catch up, as this
     # test did, cost a third of its CPU.
-    wait_until("the changelog reader caught up", lambda: holds(lambda: shared.check_tiers(range(ORDER_FILES))),
+    wait_until("the changelog reader caught up", lambda: passes(lambda: shared.check_tiers(range(ORDER_FILES))),
                timeout=300)
-    wait_until("the lookup reader caught up", lambda: holds(lambda: shared.check_clicks(range(CLICK_FILES))),
+    wait_until("the lookup reader caught up", lambda: passes(lambda: shared.check_clicks(range(CLICK_FILES))),
                timeout=300)
     for name, driver in drivers.items():
         driver.terminate()
@@ -99,11 +100,3 @@ def test_a_publisher_and_its_readers_killed_at_random_lose_and_repeat_nothing(
     shared.check_tiers(range(ORDER_FILES))
     shared.check_clicks(range(CLICK_FILES))
 
-
-def holds(check: Callable[[], None]) -> bool:
-    """Whether ``check`` passes now (an output being written may not be whole yet)."""
-    try:
-        check()
-    except (AssertionError, OSError, ValueError):
-        return False
-    return True

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.spark_app.delta_writer import Writer
-from tests.integration.spark_app.harness import Workspace, fold, read_changelog
+from tests.integration.spark_app.harness import Workspace, fold, passes, read_changelog
 
 pytestmark = pytest.mark.spark
 
@@ -64,14 +64,6 @@ def assert_output_is_the_table(workspace: Workspace, table: Table) -> None:
     assert not wrong, f"{len(wrong)} ids differ from the table (got, expected), e.g. {list(wrong.items())[:5]}"
     ghosts = {k: v for k, v in got.items() if k not in table.rows and v != (0, 0)}
     assert not ghosts, f"deleted ids still counted: {list(ghosts.items())[:5]}"
-
-
-def output_is_the_table(workspace: Workspace, table: Table) -> bool:
-    try:
-        assert_output_is_the_table(workspace, table)
-    except (AssertionError, OSError, ValueError):  # a line being written is not whole yet
-        return False
-    return True
 
 
 @pytest.fixture
@@ -140,7 +132,7 @@ def test_a_reader_killed_during_its_backfill_ends_with_exactly_the_table(
     # The last driver started reads the rest, then stops on SIGTERM (it commits and exits 0):
     # no driver of its own to catch up.
     deadline = time.monotonic() + 300
-    while not output_is_the_table(workspace, table):
+    while not passes(lambda: assert_output_is_the_table(workspace, table)):
         assert time.monotonic() < deadline, "the reader never caught up with the table"
         time.sleep(0.5)
     driver.terminate()
