@@ -204,6 +204,17 @@ def passes(check: Callable[[], object]) -> bool:
     return True
 
 
+def wait_until(what: str, probe, timeout: float = 180):  # type: ignore[no-untyped-def]
+    """``probe()``'s first truthy answer, asked every 0.5 s; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def multiset(changelog: list[dict[str, Any]]) -> Counter[str]:
     """The rows of an append-only changelog, as a multiset."""
     assert all(line["diff"] == 1 for line in changelog)

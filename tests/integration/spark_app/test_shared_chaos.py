@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.spark_app.harness import passes
+from tests.integration.spark_app.harness import passes, wait_until
 from tests.integration.spark_app.shared import SharedWorkspace, open_workspace
-from tests.integration.spark_app.test_shared_tables import txn_batches, wait_until
+from tests.integration.spark_app.test_shared_tables import txn_batches
 
 pytestmark = pytest.mark.spark
 

@@ -21,7 +21,7 @@ from spark_app.persistence import Backend
 from spark_app.state.delta_log import TableLog
 from spark_app.state.log import MetadataLog
 from spark_app.state.tables import HoldRegistry, ReaderId
-from tests.integration.spark_app.harness import spark_conf_env
+from tests.integration.spark_app.harness import spark_conf_env, wait_until
 from tests.integration.spark_app.shared import SharedWorkspace, run, table_storage
 
 pytestmark = pytest.mark.spark
@@ -104,16 +104,6 @@ def test_a_replayed_batch_of_the_publisher_makes_no_second_version(fs_shared: Sh
 def reader_id(workspace: SharedWorkspace, name: str, persistent_id: str = "customers") -> ReaderId:
     state_id = str(head(workspace, name)["state_id"])
     return ReaderId.for_pipeline("", persistent_id, state_id)
-
-
-def wait_until(what: str, probe, timeout: float = 180):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def feed_batches(shared: SharedWorkspace, publisher, files: range) -> None:  # type: ignore[no-untyped-def]
