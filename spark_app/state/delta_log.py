@@ -45,6 +45,11 @@ class Commit:
     """Whether the commit changed the table's contents (OPTIMIZE only rearranges them)."""
     metrics: dict[str, int] = field(default_factory=dict)
     """The operation's numeric metrics (a MERGE's numTargetRowsInserted, ...)."""
+    schema: str | None = None
+    """The table's schema (Spark's JSON form) if the commit sets the table's metadata."""
+    plain: bool = True
+    """Whether a reader may take the commit's added files as plain Parquet files: no
+    deletion vectors, partition values, column mapping or reader features."""
 
     @property
     def change_files(self) -> frozenset[str]:
@@ -66,7 +71,7 @@ def parse_commit(version: int, data: bytes) -> Commit:
     change_data: set[str] = set()
     txns: dict[str, int] = {}
     metrics: dict[str, int] = {}
-    timestamp, operation, data_change = 0, "", False
+    timestamp, operation, data_change, schema, plain = 0, "", False, None, True
     try:
         for line in data.decode().splitlines():
             if not line.strip():
@@ -81,6 +86,14 @@ def parse_commit(version: int, data: bytes) -> Commit:
             elif "add" in action:
                 adds.add(unquote(action["add"]["path"]))
                 data_change = data_change or bool(action["add"].get("dataChange", True))
+                plain = plain and not action["add"].get("deletionVector") and not action["add"].get("partitionValues")
+            elif "metaData" in action:
+                metadata = action["metaData"]
+                schema = str(metadata["schemaString"])
+                mapping = (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none")
+                plain = plain and not metadata.get("partitionColumns") and mapping == "none"
+            elif "protocol" in action:
+                plain = plain and int(action["protocol"].get("minReaderVersion", 1)) == 1
             elif "remove" in action:
                 removes.add(unquote(action["remove"]["path"]))
                 data_change = data_change or bool(action["remove"].get("dataChange", True))
@@ -92,7 +105,7 @@ def parse_commit(version: int, data: bytes) -> Commit:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
         raise LogDamaged(f"{commit_key(version)} is not a Delta commit ({error})") from None
     return Commit(version, timestamp, operation, frozenset(adds), frozenset(removes), frozenset(change_data),
-                  txns, data_change, metrics)
+                  txns, data_change, metrics, schema, plain)
 
 
 class TableLog:
@@ -150,6 +163,23 @@ class TableLog:
             if seen is not None and seen <= txn:
                 return version if seen == txn else None
         return None
+
+    def files_at(self, version: int) -> tuple[str, frozenset[str]] | None:
+        """The schema and data files of ``version``, replayed from its commits (0 to
+        ``version``) where they are plain Parquet files; None if a commit is gone (the log
+        was cleaned up behind a checkpoint) or needs more of Delta than that."""
+        schema: str | None = None
+        files: set[str] = set()
+        for v in range(version + 1):
+            try:
+                commit = self.commit(v)
+            except (NotFound, LogDamaged):
+                return None
+            if not commit.plain:
+                return None
+            schema = commit.schema or schema
+            files = (files - commit.removes) | commit.adds
+        return (schema, frozenset(files)) if schema is not None else None
 
     def forget(self, below: int) -> None:
         """Drops the cached commits older than ``below`` (their files are gone)."""

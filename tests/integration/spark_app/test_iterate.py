@@ -16,13 +16,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from demo import story
 from spark_app.persistence import Backend
+from spark_app.runtime.iterate import store as iterate_store
 from spark_app.runtime.iterate.engine import Convergence, fingerprint
 from spark_app.runtime.iterate.node import IterateSink, IterateSpec
 from spark_app.runtime.iterate.policy import Kind
+from spark_app.runtime.iterate.store import IterateStore, TableRef
 from spark_app.runtime.jvm.session import build_session, spark_conf
 from spark_app.runtime.sinks.base import Batch, OutputContext
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
@@ -225,6 +227,33 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
     written = restarted.sink.start(0)
     assert written is not None and written.iterate["iterations"] == 0  # type: ignore[index]
     assert written.outputs["labels"].rows == 3
+
+
+
+def test_each_stored_version_reads_the_same_as_its_parquet_files_and_through_delta(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store reads the files its commits name as plain Parquet, and a version with a
+    longer log through Delta: the same rows at every version."""
+    store = IterateStore(spark, Backend.filesystem(tmp_path).storage(), "cc", 1)
+    schema = spark.createDataFrame([], EDGES).schema
+
+    def changes(*rows: tuple[int, int, int]) -> DataFrame:
+        return spark.createDataFrame(list(rows), "u BIGINT, v BIGINT, _diff INT")
+
+    batches = [[(1, 2, 1)], [(2, 3, 1), (3, 4, 2)], [(1, 2, -1)]]
+    log: list[TableRef] = []
+    for batch in batches:
+        log = store.append_changes("edges", changes(*batch), log)
+    assert [ref.version for ref in log] == [2]
+    for version in range(len(batches)):
+        ref = TableRef(log[0].at, version)
+        expected = sorted(row for batch in batches[:version + 1] for row in batch)
+        assert store._parquet_files(ref) is not None
+        assert sorted(map(tuple, store.read(ref, schema).collect())) == expected
+        with monkeypatch.context() as patched:
+            patched.setattr(iterate_store, "_PLAIN_READ_COMMITS", 0)  # as a log too long to replay
+            assert store._parquet_files(ref) is None
+            assert sorted(map(tuple, store.read(ref, schema).collect())) == expected
 
 
 # ---- another monotone step: shortest paths, without a delta argument ----------------------

@@ -196,6 +196,41 @@ def test_a_batchs_version_is_found_by_its_transaction_id(tmp_path: Path) -> None
     assert log.txn_version("other", 0) is None
 
 
+SCHEMA = '{"type":"struct","fields":[]}'
+
+
+def test_a_versions_files_are_replayed_from_its_commits(tmp_path: Path) -> None:
+    storage = FilesystemStorage(tmp_path)
+    storage.write(commit_key(0), delta_commit(0, {"metaData": {"schemaString": SCHEMA, "partitionColumns": []}},
+                                              {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+                                              {"add": {"path": "a.parquet", "partitionValues": {}}}))
+    storage.write(commit_key(1), delta_commit(1, {"add": {"path": "b%20c.parquet", "partitionValues": {}}}))
+    storage.write(commit_key(2), delta_commit(2, {"remove": {"path": "a.parquet"}},
+                                              {"add": {"path": "d.parquet", "partitionValues": {}}}))
+    log = TableLog(storage)
+    assert log.files_at(0) == (SCHEMA, {"a.parquet"})
+    assert log.files_at(1) == (SCHEMA, {"a.parquet", "b c.parquet"})
+    assert log.files_at(2) == (SCHEMA, {"b c.parquet", "d.parquet"})
+    assert log.files_at(3) is None  # no such version
+    storage.delete(commit_key(0))  # cleaned up behind a checkpoint
+    assert TableLog(storage).files_at(2) is None
+
+
+@pytest.mark.parametrize("action", [
+    {"add": {"path": "x.parquet", "partitionValues": {}, "deletionVector": {"storageType": "u"}}},
+    {"add": {"path": "x.parquet", "partitionValues": {"day": "1"}}},
+    {"metaData": {"schemaString": SCHEMA, "configuration": {"delta.columnMapping.mode": "name"}}},
+    {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"]}},
+])
+def test_a_version_that_needs_more_than_parquet_has_no_plain_files(tmp_path: Path, action: dict[str, object]) -> None:
+    storage = FilesystemStorage(tmp_path)
+    storage.write(commit_key(0), delta_commit(0, {"metaData": {"schemaString": SCHEMA, "partitionColumns": []}},
+                                              {"add": {"path": "a.parquet", "partitionValues": {}}}))
+    storage.write(commit_key(1), delta_commit(1, action))
+    log = TableLog(storage)
+    assert log.files_at(0) is not None and log.files_at(1) is None
+
+
 def test_log_keys_below_keep_unknown_files() -> None:
     assert log_keys_below(["_delta_log/_staged_commits/x.json", "_delta_log/00000000000000000001.json"], 5) == [
         "_delta_log/00000000000000000001.json"]
