@@ -2,7 +2,8 @@
 
 Every table is written to a location of its own, ``iterate/<id>/<kind>/<table>/e<epoch>-<n>``,
 and the metadata log's commit names the location and Delta version of each table the
-committed state consists of (a ``TableRef``). Readers read exactly those. So:
+committed state consists of (a ``TableRef``). Readers read exactly those (as the Parquet
+files that version's commits add, where that is all the version is: see ``read``). So:
 
 * a run that crashes before its commit leaves tables nobody reads, and the previous
   state stays intact;
