@@ -88,10 +88,12 @@ def parse_commit(version: int, data: bytes) -> Commit:
                 data_change = data_change or bool(action["add"].get("dataChange", True))
                 plain = plain and not action["add"].get("deletionVector") and not action["add"].get("partitionValues")
             elif "metaData" in action:
+                # Read only for the plain-Parquet reads of the iterate store: a metadata action
+                # without a schema makes the commit not plain rather than the log damaged.
                 metadata = action["metaData"]
-                schema = str(metadata["schemaString"])
+                schema = metadata.get("schemaString")
                 mapping = (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none")
-                plain = plain and not metadata.get("partitionColumns") and mapping == "none"
+                plain = plain and schema is not None and not metadata.get("partitionColumns") and mapping == "none"
             elif "protocol" in action:
                 plain = plain and int(action["protocol"].get("minReaderVersion", 1)) == 1
             elif "remove" in action:

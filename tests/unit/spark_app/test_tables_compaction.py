@@ -221,6 +221,7 @@ def test_a_versions_files_are_replayed_from_its_commits(tmp_path: Path) -> None:
     {"add": {"path": "x.parquet", "partitionValues": {"day": "1"}}},
     {"metaData": {"schemaString": SCHEMA, "configuration": {"delta.columnMapping.mode": "name"}}},
     {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"]}},
+    {"metaData": {"partitionColumns": []}},  # no schema: not read as Parquet, and not an error
 ])
 def test_a_version_that_needs_more_than_parquet_has_no_plain_files(tmp_path: Path, action: dict[str, object]) -> None:
     storage = FilesystemStorage(tmp_path)
