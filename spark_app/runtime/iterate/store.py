@@ -204,16 +204,20 @@ class IterateStore:
         a commit gone, or a feature beyond plain Parquet is read by Delta."""
         if ref.version >= _PLAIN_READ_COMMITS:
             return None
-        log_ = self._logs.get(ref.at)
-        if log_ is None:
-            log_ = self._logs[ref.at] = TableLog(ScopedStorage(self._snapshots, join(self._base, ref.at)))
-        found = log_.files_at(ref.version)
+        found = self._log(ref.at).files_at(ref.version)
         if found is None:
             return None
         uris = [self._uri(join(ref.at, name)) for name in sorted(found[1])]
         if any(c in uri for uri in uris for c in _GLOB):  # Spark would take the path for a pattern
             return None
         return StructType.fromJson(json.loads(found[0])), uris
+
+    def _log(self, at: str) -> TableLog:
+        """The Delta log of the table at ``at``, whose commits are read once per driver."""
+        found = self._logs.get(at)
+        if found is None:
+            found = self._logs[at] = TableLog(ScopedStorage(self._snapshots, join(self._base, at)))
+        return found
 
     def write(self, kind: str, table: str, df: DataFrame) -> TableRef:
         """Writes ``df`` as a new table (version 0) at a location of its own."""
@@ -227,13 +231,8 @@ class IterateStore:
         with Spark costs a read of the table (2.4 s for the first one in a driver); the
         count is the fallback when the commit has no metrics
         (spark.databricks.delta.history.metricsEnabled turned off)."""
-        commit = self._snapshots.read(join(self._base, ref.at, "_delta_log", f"{ref.version:020d}.json"))
-        for line in commit.decode().splitlines():
-            info = json.loads(line).get("commitInfo")
-            rows = (info or {}).get("operationMetrics", {}).get("numOutputRows")
-            if rows is not None:
-                return int(rows)
-        return self.read(ref, schema).count()
+        rows = self._log(ref.at).commit(ref.version).metrics.get("numOutputRows")
+        return rows if rows is not None else self.read(ref, schema).count()
 
     def drop(self, superseded: Iterable[str]) -> None:
         """Deletes locations that the committed state no longer names."""

@@ -229,7 +229,6 @@ def test_a_restart_with_unchanged_input_runs_zero_iterations(spark: SparkSession
     assert written.outputs["labels"].rows == 3
 
 
-
 def test_each_stored_version_reads_the_same_as_its_parquet_files_and_through_delta(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The store reads the files its commits name as plain Parquet, and a version with a
