@@ -8,6 +8,12 @@ maven_version=3.9.11
 maven_sha512=bcfe4fe305c962ace56ac7b5fc7a08b87d5abd8b7e89027ab251069faebee516b0ded8961445d6d91ec1985dfe30f8153268843c89aa392733d1a3ec956c9978
 maven_home="$cache/maven-$maven_version"
 
+# One script using Maven at a time per cache: both fetch Maven itself into the same folder
+# and write the same local repository (~/.m2), and `make setup` runs them in parallel.
+mkdir -p "$cache"
+exec 8> "$cache/.maven.lock"
+flock 8
+
 # maven: prints the path of the pinned mvn, fetching it first if need be.
 maven() {
   # Read whole, not piped to grep -q: under pipefail, grep leaving early could fail the check.
