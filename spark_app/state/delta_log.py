@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -171,7 +172,7 @@ class TableLog:
         ``version``) where they are plain Parquet files; None if a commit is gone (the log
         was cleaned up behind a checkpoint) or needs more of Delta than that."""
         schema: str | None = None
-        files: set[str] = set()
+        files: frozenset[str] = frozenset()
         for v in range(version + 1):
             try:
                 commit = self.commit(v)
@@ -180,13 +181,19 @@ class TableLog:
             if not commit.plain:
                 return None
             schema = commit.schema or schema
-            files = (files - commit.removes) | commit.adds
+            files = after(files, commit)
         return (schema, frozenset(files)) if schema is not None else None
 
     def forget(self, below: int) -> None:
         """Drops the cached commits older than ``below`` (their files are gone)."""
         for version in [v for v in self._commits if v < below]:
             del self._commits[version]
+
+
+def after(files: AbstractSet[str], commit: Commit) -> frozenset[str]:
+    """A version's data files, given the previous version's and the commit between. A file
+    removed and added in one commit (its deletion vector replaced) stays."""
+    return frozenset((files - commit.removes) | commit.adds)
 
 
 def log_keys_below(keys: list[str], version: int) -> list[str]:

@@ -34,11 +34,16 @@ from pyspark.sql import SparkSession
 from spark_app import contract
 from spark_app.faults import IN_TABLE_COMPACTION, crash_point
 from spark_app.state import compaction as plan
-from spark_app.state.delta_log import TableLog
+from spark_app.state.delta_log import TableLog, after
 from spark_app.state.tables import Broken, Frontier, Hold, HoldRegistry
-from spark_app.storage import Storage, StorageError
+from spark_app.storage import NotFound, Storage, StorageError
 
 log = logging.getLogger("spark_app")
+
+
+_REPLAY_COMMITS = 100
+"""At most this many commits read to carry a snapshot's files forward (one storage read
+each); further than that, Delta reads the snapshot from its newest checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,8 @@ class Compactor:
         self._spark = spark.newSession()
         self._settings = settings
         self._log = TableLog(storage)
+        self._frontier_files: tuple[int, frozenset[str]] | None = None
+        """The last round's frontier and the data files of its snapshot."""
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._batches = 0
@@ -175,11 +182,33 @@ class Compactor:
 
         DeltaTable.forPath(self._spark, self._uri).optimize().executeCompaction()
 
-    def _snapshot_files(self, version: int) -> set[str]:
-        """The data files of the table's snapshot at ``version``, relative to the table."""
+    def _snapshot_files(self, version: int) -> frozenset[str]:
+        """The data files of the table's snapshot at ``version``, relative to the table: the
+        last round's frontier's files carried through the commits since (a frontier never
+        moves back), else replayed from the first commit, else (a log below a checkpoint
+        gone, as in a restarted publisher's first round, or a long replay) Delta's snapshot. A Delta
+        read of an old version cost each round 1.3 to 3.4 s (a test's publisher, 2 cores)."""
+        start, files = self._frontier_files or (-1, frozenset[str]())
+        if start > version:
+            start, files = -1, frozenset()
+        carried = self._carried(files, start, version) if version - start <= _REPLAY_COMMITS else None
+        files = carried if carried is not None else self._delta_snapshot_files(version)
+        self._frontier_files = (version, files)
+        return files
+
+    def _carried(self, files: frozenset[str], start: int, version: int) -> frozenset[str] | None:
+        """``files`` of version ``start`` carried to ``version``; None if a commit is gone."""
+        try:
+            for v in range(start + 1, version + 1):
+                files = after(files, self._log.commit(v))
+        except NotFound:
+            return None
+        return files
+
+    def _delta_snapshot_files(self, version: int) -> frozenset[str]:
         files = (self._spark.read.format("delta").option("versionAsOf", version).load(self._uri).inputFiles())
         root = urlparse(self._uri).path.rstrip("/") + "/"
-        return {unquote(urlparse(f).path).removeprefix(root) for f in files}
+        return frozenset(unquote(urlparse(f).path).removeprefix(root) for f in files)
 
     def _is_broken(self, hold: Hold) -> bool:
         marker = self._registry.broken(hold.reader)

@@ -5,6 +5,7 @@ the position, and the checks made when a pipeline declares the source."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,3 +180,41 @@ def test_a_chunk_read_at_an_older_version_gets_its_keys_changes_since_and_no_oth
                                + [(k, "v", -1) for k in range(10, 15)] + [(k, "v1", 1) for k in range(10, 15)])
     # Left after key 14 at version 5: 85 rows. Before: 94 after key 4 at version 2 (7 gone).
     assert 94 + changes.beyond - ahead.count == 85
+
+
+def test_the_compactions_file_lists_equal_deltas_snapshot_at_every_version(spark: SparkSession, tmp_path: Path) -> None:
+    """A shared table's compaction carries its frontier's files through the log's commits
+    instead of reading the snapshot through Delta; the two agree after inserts, updates,
+    deletes and an OPTIMIZE, and Delta's is taken once the log's first commits are gone."""
+    from delta.tables import DeltaTable
+
+    from spark_app.runtime.tables.compaction import CompactionSettings, Compactor
+    from spark_app.state.tables import HoldRegistry
+
+    path = tmp_path / "customers"
+    (spark.createDataFrame([("c1", 1)], "id STRING, n BIGINT").write.format("delta")
+     .option("delta.enableChangeDataFeed", "true").option("delta.checkpointInterval", "2").save(str(path)))
+    target = DeltaTable.forPath(spark, str(path))
+    for batch in ([("c1", 2), ("c2", 1)], [("c3", 1), ("c4", 1)], [("c2", 5)]):
+        (target.alias("t").merge(spark.createDataFrame(batch, "id STRING, n BIGINT").repartition(2).alias("s"),
+                                 "t.id = s.id").whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    target.delete("id = 'c3'")
+    target.optimize().executeCompaction()
+    target.update("id = 'c4'", {"n": "7"})
+    storage = Backend.filesystem(path).storage()
+
+    def compactor() -> Compactor:
+        return Compactor("customers", str(path), storage, HoldRegistry(storage), threading.Lock(), spark,
+                         CompactionSettings())
+
+    carried = compactor()
+    latest = DeltaTable.forPath(spark, str(path)).history(1).collect()[0]["version"]
+    assert latest == 6
+    for version in range(latest + 1):
+        assert carried._snapshot_files(version) == carried._delta_snapshot_files(version), version
+    # Below the frontier the log may be gone (compaction deletes it behind a checkpoint).
+    for version in (0, 1):
+        (path / "_delta_log" / f"{version:020d}.json").unlink()
+    restarted = compactor()
+    assert restarted._carried(frozenset(), -1, latest) is None
+    assert restarted._snapshot_files(latest) == carried._snapshot_files(latest)
