@@ -196,7 +196,8 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	@echo ">>> lint"
 	@$(MAKE) lint
 	@echo ">>> unit tests"
-	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
+	@# Two workers: 19 s against 39 s in one process (most unit tests are short and CPU-bound).
+	$(PYTEST) tests/unit -q -n 2 --durations=5 $(PYTEST_ARGS)
 	@echo ">>> local control plane"
 	$(PYTEST) tests/integration/localcluster -q --durations=5 $(PYTEST_ARGS)
 	@echo ">>> the state layer and spark_app on real Spark (filesystem and S3 backends)"
@@ -231,7 +232,7 @@ test-long: setup ## The Spark tests make test leaves out (marked long): the exam
 
 .PHONY: test-unit
 test-unit: venv ## Only the fast unit tests (no Spark, no cluster).
-	$(PYTEST) tests/unit -q --durations=5 $(PYTEST_ARGS)
+	$(PYTEST) tests/unit -q -n 2 --durations=5 $(PYTEST_ARGS)
 
 .PHONY: test-shared-storage
 test-shared-storage: setup ## A shared table's storage over 500 batches with its readers current (bounded by the compaction, not the history).
