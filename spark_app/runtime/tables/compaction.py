@@ -4,8 +4,8 @@ happens (readers that advance while the publisher idles free history too).
 
 One round:
 
-1. OPTIMIZE (Delta merges the small files MERGEs leave; a version that changes no data,
-   which changelog readers skip). It holds the table's lock: a MERGE waits for it, since
+1. OPTIMIZE (Delta merges the small files MERGEs leave, those under
+   ``merge_below_bytes``; a version that changes no data, which changelog readers skip). It holds the table's lock: a MERGE waits for it, since
    the two would conflict.
 2. The holds are read; a hold behind for longer than the table's maximum hold age is
    broken (a marker its reader cannot remove, spark_app.state.tables).
@@ -58,6 +58,11 @@ class CompactionSettings:
     version, and a write in flight is never taken for garbage."""
     max_hold_age_s: float | None = None
     """A hold behind for longer than this is broken (None: never)."""
+    merge_below_bytes: int = 64 * 2**20
+    """OPTIMIZE merges the data files smaller than this and leaves larger ones alone.
+    Delta's own threshold is 1 GiB, so a table below that was rewritten whole at every
+    round once it had two files: each round's cost grew with the table, not with what the
+    batches since had added."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class Compactor:
         # A session of its own: Delta reads a MERGE's transaction id from the session's
         # configuration, which the publisher's batches set.
         self._spark = spark.newSession()
+        self._spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(settings.merge_below_bytes))
         self._settings = settings
         self._log = TableLog(storage)
         self._frontier_files: tuple[int, frozenset[str]] | None = None

@@ -218,3 +218,32 @@ def test_the_compactions_file_lists_equal_deltas_snapshot_at_every_version(spark
     restarted = compactor()
     assert restarted._carried(frozenset(), -1, latest) is None
     assert restarted._snapshot_files(latest) == carried._snapshot_files(latest)
+
+
+def test_the_compactions_optimize_merges_the_small_files_and_leaves_the_large_ones(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Delta's OPTIMIZE takes every file under 1 GiB, so a shared table below that was
+    rewritten whole at each compaction; the compaction's takes those under its threshold."""
+    from spark_app.runtime.tables.compaction import CompactionSettings, Compactor
+    from spark_app.state.delta_log import TableLog
+    from spark_app.state.tables import HoldRegistry
+
+    path = tmp_path / "customers"
+    spark.range(20_000).selectExpr("CAST(id AS STRING) AS id", "id AS n").coalesce(1).write.format("delta").save(
+        str(path))
+    for start in (20_000, 20_010, 20_020):
+        spark.range(start, start + 10).selectExpr("CAST(id AS STRING) AS id", "id AS n").coalesce(1).write.format(
+            "delta").mode("append").save(str(path))
+    storage = Backend.filesystem(path).storage()
+    log = TableLog(storage)
+    large, = log.commit(0).adds
+    small = log.commit(1).adds | log.commit(2).adds | log.commit(3).adds
+    threshold = 16 * 1024  # between the two sizes
+    assert (path / large).stat().st_size > threshold > max((path / f).stat().st_size for f in small)
+
+    Compactor("customers", str(path), storage, HoldRegistry(storage), threading.Lock(), spark,
+              CompactionSettings(merge_below_bytes=threshold))._optimize()
+    optimized = log.commit(4)
+    assert optimized.operation == "OPTIMIZE"
+    assert optimized.removes == small and len(optimized.adds) == 1
+    assert spark.read.format("delta").load(str(path)).count() == 20_030
