@@ -65,9 +65,10 @@ class-archive: venv jars ## Record the driver JVM's class archive (drivers start
 setup: ## Install everything the tests and the demo need (idempotent, cached).
 	@# In parallel: the control plane's Go build (CPU) runs while the Python packages, the
 	@# jars and the broker download (network), which took about 3.5 of the 15 minutes of a
-	@# set-up from empty caches one after the other. Each line is printed whole (-Oline); the
-	@# two Maven fetches take turns (tools/jars/maven.sh).
-	@$(MAKE) -j4 -Oline venv jars kafka bins class-archive
+	@# set-up from empty caches one after the other. Their progress lines interleave (make's
+	@# -O would hold each script's lines until it ends); the two Maven fetches take turns
+	@# (tools/jars/maven.sh).
+	@$(MAKE) -j4 venv jars kafka bins class-archive
 
 ## ---- the local control plane --------------------------------------------------------
 
