@@ -5,8 +5,8 @@ happens (readers that advance while the publisher idles free history too).
 One round:
 
 1. OPTIMIZE (Delta merges the small files MERGEs leave, those under
-   ``merge_below_bytes``; a version that changes no data, which changelog readers skip). It holds the table's lock: a MERGE waits for it, since
-   the two would conflict.
+   ``merge_below_bytes``; a version that changes no data, which changelog readers skip).
+   It holds the table's lock: a MERGE waits for it, since the two would conflict.
 2. The holds are read; a hold behind for longer than the table's maximum hold age is
    broken (a marker its reader cannot remove, spark_app.state.tables).
 3. The frontier (spark_app.state.compaction) is recorded in ``_compaction/frontier.json``
@@ -192,8 +192,9 @@ class Compactor:
         """The data files of the table's snapshot at ``version``, relative to the table: the
         last round's frontier's files carried through the commits since (a frontier never
         moves back), else replayed from the first commit, else (a log below a checkpoint
-        gone, as in a restarted publisher's first round, or a long replay) Delta's snapshot. A Delta
-        read of an old version cost each round 1.3 to 3.4 s (a test's publisher, 2 cores)."""
+        gone, as in a restarted publisher's first round, or a long replay) Delta's
+        snapshot. A Delta read of an old version cost each round 1.3 to 3.4 s (a test's
+        publisher, 2 cores)."""
         start, files = self._frontier_files or (-1, frozenset[str]())
         if start > version:
             start, files = -1, frozenset()
