@@ -182,7 +182,7 @@ class TableLog:
                 return None
             schema = commit.schema or schema
             files = after(files, commit)
-        return (schema, frozenset(files)) if schema is not None else None
+        return (schema, files) if schema is not None else None
 
     def forget(self, below: int) -> None:
         """Drops the cached commits older than ``below`` (their files are gone)."""

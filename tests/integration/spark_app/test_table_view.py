@@ -1,6 +1,8 @@
 """The Delta table as the backfill reads it, on real Spark and Delta: chunks in key order
 for keys of several columns and types (nulls first, as orderBy sorts), changes split at
-the position, and the checks made when a pipeline declares the source."""
+the position, and the checks made when a pipeline declares the source. Then the same
+session's Delta tables as a shared table's compaction sees them: the file lists it carries
+through the log, and the files its OPTIMIZE merges."""
 
 from __future__ import annotations
 
