@@ -212,15 +212,18 @@ test: setup ## Run every test suite: lint, unit, local cluster, spark_app (real 
 	@# down after, so that neither worker stops it under the other. `|| status=` because the
 	@# recipe's shell stops at the first failing command (-e): `pytest; status=$$?` left the
 	@# whole control plane running after a failed test (a cold run of 2026-11-25).
-	$(PY) -m localcluster up
+	@# The cluster's node passes its JVM options to the pods (localcluster/README.md), so the
+	@# drivers the operator launches compile with C1 only too (TEST_JVM, below).
+	$(TEST_JVM) $(PY) -m localcluster up
 	status=0; $(PYTEST) tests/integration/operator -q -n 2 --durations=5 $(PYTEST_ARGS) || status=$$?; \
 	  $(PY) -m localcluster down; exit $$status
 	@echo ">>> end to end: the chart installed, pipelines killed and resumed, helm upgrade and uninstall"
-	$(PYTEST) tests/e2e -q --durations=5 $(PYTEST_ARGS)
+	$(TEST_JVM) $(PYTEST) tests/e2e -q --durations=5 $(PYTEST_ARGS)
 
-# The drivers the Spark suites start compile with C1 only: each lives seconds to minutes, and
-# on 2 cores C2's compiling is CPU the tests wait for (test_resume.py: 101 s against 92 s).
-# Pipelines the operator runs keep the JVM's defaults. C1 alone gets a 48 MB code cache, which a
+# The drivers the tests start compile with C1 only: each lives seconds to minutes, and on 2
+# cores C2's compiling is CPU the tests wait for (test_resume.py: 101 s against 92 s; three
+# operator tests, their drivers' pods: 69 JVM CPU s against 133). The pipelines of make demo
+# and of a user's cluster keep the JVM's defaults. C1 alone gets a 48 MB code cache, which a
 # driver of several queries filled in 135 s (a shared-tables test: "CodeCache is full. Compiler
 # has been disabled", then batches of 5 s): the tiered default's size is kept.
 TEST_JVM := JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"

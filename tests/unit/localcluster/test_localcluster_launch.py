@@ -1,10 +1,11 @@
-"""From a container spec to the process to start: the termination message file, the hosts file."""
+"""From a container spec to the process to start: the termination message file, the hosts file,
+what of the host's environment a container sees."""
 
 from pathlib import Path
 from typing import Any
 
 from localcluster.kubelet.images import ImageConfig
-from localcluster.kubelet.launch import PodPaths, build_launch
+from localcluster.kubelet.launch import PodPaths, base_env, build_launch
 from localcluster.kubelet.volumes import Mount, VolumePlan
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "spec": {}}
@@ -51,3 +52,12 @@ def test_a_container_that_mounts_its_own_etc_hosts_keeps_it() -> None:
     assert [m.source for m in spec.mounts if m.target == "/etc/hosts"] == [
         "/cluster/pods/u-1/volumes/empty-dir/data/hosts"
     ]
+
+
+def test_of_the_hosts_environment_only_java_locale_and_the_jvms_options_reach_a_container() -> None:
+    host = {"JAVA_HOME": "/jdk", "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1", "LANG": "C.UTF-8",
+            "AWS_SECRET_ACCESS_KEY": "s3cr3t", "KUBECONFIG": "/root/.kube/config", "PATH": "/host/bin"}
+    env = dict(base_env(POD, ImageConfig(), host))
+    assert env["JAVA_TOOL_OPTIONS"] == "-XX:TieredStopAtLevel=1" and env["JAVA_HOME"] == "/jdk"
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "KUBECONFIG" not in env
+    assert env["PATH"] != "/host/bin"
