@@ -422,7 +422,10 @@ def _running(o: Observed, spec: PipelineSpec, m: Memory, d: DriverPod, t: Tunabl
         m = replace(m, announced_epoch=d.epoch, running_since=o.now, storage_outages=0)
     health = assess(spec, d, o.now, t.report_stale_after_seconds,
                     m.running_since if m.announced_epoch == d.epoch else None)
-    if fresh and report.queries and _checkpoint_due(m.checkpoint, d.epoch, report, o.now, t):  # type: ignore[arg-type,union-attr]
+    # Not from a starting driver's report: until its epoch is announced, the memory holds the
+    # previous epoch's last commit, which the Resumed event names.
+    if (fresh and m.announced_epoch == d.epoch and report.queries  # type: ignore[union-attr]
+            and _checkpoint_due(m.checkpoint, d.epoch, report, o.now, t)):  # type: ignore[arg-type]
         last = report.last_commit_ms  # type: ignore[union-attr]
         m = replace(m, checkpoint=Checkpoint(time=last / 1000 if last else None, epoch=d.epoch,
                                              queries=bounded_queries(report.queries)))  # type: ignore[union-attr]

@@ -125,6 +125,22 @@ def test_a_resumed_driver_announces_the_checkpoint_it_resumes_from() -> None:
         batch=8, commit_time_ms=int(NOW * 1000))})
 
 
+def test_a_resumed_drivers_starting_report_does_not_replace_the_checkpoint_it_resumes_from() -> None:
+    """A driver reports while it starts (its queries at the batches it restored), then runs
+    and commits; the Resumed event must still name the previous epoch's last commit. It
+    named the new driver's first batch once the starting report had replaced the memory
+    (the e2e story, with drivers quick enough to commit before the operator saw them run)."""
+    before = Checkpoint(time=NOW - 100, epoch=1, queries={"counts": QueryReport(batch=7)})
+    memory = launched(S, epoch=2, driver_uid="pod-2", checkpoint=before, announced_epoch=1)
+    starting = report(2, stored_epoch=1, state="starting", counts=QueryReport(batch=7))
+    d = decide(S, memory, driver=driver(S, epoch=2, uid="pod-2", report=starting))
+    assert d.events == () and d.memory.checkpoint == before
+    running = report(2, stored_epoch=1, counts=QueryReport(batch=8, commit_time_ms=int(NOW * 1000)))
+    d = decide(S, d.memory, driver=driver(S, epoch=2, uid="pod-2", report=running))
+    assert reasons(d) == ["Resumed"]
+    assert "resumed the state of epoch 1 from checkpoint: counts batch 7" in d.events[0].message
+
+
 def test_the_checkpoint_in_memory_is_bounded() -> None:
     many = {f"q{i:02d}": QueryReport(batch=i, offsets={f"s{j:02d}": {"files": j} for j in range(50)},
                                       iterate={"blob": "x" * 5000}) for i in range(30)}
