@@ -24,9 +24,8 @@ JsonDict = dict[str, Any]
 # Docker's default PATH for images that set none.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Host variables a container inherits: what host binaries (java, locales) need to work, and
-# the node's JVM options, as a node image would set them: make test starts the cluster with
-# C1 only, so that the operator's drivers compile as the Spark stage's do (3 operator tests:
-# their JVMs 69 CPU s against 133 with the JIT's defaults).
+# the node's JVM options, as a node image would set them (make test's TEST_JVM, whose
+# comment in the Makefile gives the figures).
 HOST_PASSTHROUGH = ("JAVA_HOME", "JAVA_TOOL_OPTIONS", "LANG", "LC_ALL", "TZ")
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
