@@ -45,7 +45,8 @@ kube_ldflags() {
 }
 
 # build NAME LDFLAGS BINARY=PACKAGE... : builds the packages pinned by tools/NAME into the
-# cache and links each binary into .cache/bin.
+# cache and links each binary into .cache/bin (with several packages, each BINARY is its
+# package's last path element, the name go build gives it).
 build() {
   local name=$1 ldflags=$2; shift 2
   local dir="$top/tools/$name" key out
@@ -55,12 +56,21 @@ build() {
   if [ ! -f "$out/.complete" ]; then
     need_go
     echo ">>> building $name into $out (first time only: several minutes on 2 cores)"
-    local started=$SECONDS target
+    local started=$SECONDS target packages=()
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-    for target in "$@"; do
-      echo ">>>   go build ${target#*=}"
-      (cd "$dir" && go build -ldflags "$ldflags" -o "$out.tmp/${target%%=*}" "${target#*=}")
-    done
+    for target in "$@"; do packages+=("${target#*=}"); done
+    echo ">>>   go build ${packages[*]}"
+    if [ $# -eq 1 ]; then
+      (cd "$dir" && go build -ldflags "$ldflags" -o "$out.tmp/${1%%=*}" "${packages[0]}")
+    else
+      # One go command for the whole set: it links each binary while it compiles the
+      # next one's packages, where one command per binary left a core idle during each link.
+      # Go names each binary after its package's last element (checked below).
+      (cd "$dir" && go build -ldflags "$ldflags" -o "$out.tmp/" "${packages[@]}")
+      for target in "$@"; do
+        [ -x "$out.tmp/${target%%=*}" ] || { echo "error: go build made no ${target%%=*} for ${target#*=}" >&2; exit 1; }
+      done
+    fi
     touch "$out.tmp/.complete"
     rm -rf "$out" && mv "$out.tmp" "$out"
     echo ">>> built $name in $((SECONDS - started))s"
