@@ -215,6 +215,31 @@ def wait_until(what: str, probe, timeout: float = 180):  # type: ignore[no-untyp
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_until_passes(what: str, check: Callable[[], object], timeout: float = 180,
+                      drivers: tuple[Driver, ...] = (), cap: float = 900) -> None:
+    """Until ``check`` passes (asked every 0.5 s), for as long as ``drivers`` make progress:
+    the AssertionError comes once none of them has committed a batch for ``timeout``
+    seconds (or after ``cap`` in all), with the check's last failure and the tails of their
+    logs. A reader that is slow on a busy machine keeps committing; one whose output is
+    wrong for good, or that is stuck, does not, and each fails saying which."""
+    started = last_progress = time.monotonic()
+    commits = -1
+    last: BaseException | None = None
+    while time.monotonic() - last_progress < timeout and time.monotonic() - started < cap:
+        try:
+            check()
+            return
+        except (AssertionError, OSError, ValueError) as failure:
+            last = failure
+        now_commits = sum(d.count_in_output(": committed batch") for d in drivers)
+        if now_commits != commits:
+            commits, last_progress = now_commits, time.monotonic()
+        time.sleep(0.5)
+    tails = "".join(f"\n--- {d.log_path.name}:\n{d.output()[-2000:]}" for d in drivers)
+    raise AssertionError(f"timed out waiting for {what} after {time.monotonic() - started:.0f} s "
+                         f"({commits} batches committed in all); last: {str(last)[:3000]}{tails}")
+
+
 def multiset(changelog: list[dict[str, Any]]) -> Counter[str]:
     """The rows of an append-only changelog, as a multiset."""
     assert all(line["diff"] == 1 for line in changelog)

@@ -24,6 +24,7 @@ from tests.integration.spark_app.harness import (
     passes,
     read_changelog,
     wait_until,
+    wait_until_passes,
     write_csv,
 )
 from tests.integration.spark_app.words import expected_counts, expected_even, rows
@@ -86,7 +87,7 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(random_workspace: Wo
 
     # The last driver reads what is left, then stops on SIGTERM (it commits and exits 0):
     # no further driver is started to catch up.
-    wait_until("the last driver caught up", lambda: passes(exact), timeout=300)
+    wait_until_passes("the last driver caught up", exact, timeout=300, drivers=(driver,))
     driver.terminate()
     assert driver.wait(120) == 0, driver.output()[-3000:]
     exact()

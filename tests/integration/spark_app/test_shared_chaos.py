@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.spark_app.harness import passes, wait_until
+from tests.integration.spark_app.harness import wait_until_passes
 from tests.integration.spark_app.shared import SharedWorkspace, open_workspace
 from tests.integration.spark_app.test_shared_tables import txn_batches
 
@@ -89,10 +89,11 @@ def test_a_publisher_and_its_readers_killed_at_random_lose_and_repeat_nothing(
     # The drivers of the last starts read everything there is, then stop on SIGTERM (each
     # commits what it has and exits 0). Starting three more drivers to catch up, as this
     # test did, cost a third of its CPU.
-    wait_until("the changelog reader caught up", lambda: passes(lambda: shared.check_tiers(range(ORDER_FILES))),
-               timeout=300)
-    wait_until("the lookup reader caught up", lambda: passes(lambda: shared.check_clicks(range(CLICK_FILES))),
-               timeout=300)
+    running = tuple(drivers.values())
+    wait_until_passes("the changelog reader caught up", lambda: shared.check_tiers(range(ORDER_FILES)),
+                      timeout=300, drivers=running)
+    wait_until_passes("the lookup reader caught up", lambda: shared.check_clicks(range(CLICK_FILES)),
+                      timeout=300, drivers=running)
     for name, driver in drivers.items():
         driver.terminate()
         assert driver.wait(120) == 0, f"{name}: {driver.output()[-3000:]}"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.spark_app.delta_writer import Writer
-from tests.integration.spark_app.harness import Workspace, fold, passes, read_changelog, wait_until
+from tests.integration.spark_app.harness import Workspace, fold, read_changelog, wait_until_passes
 
 pytestmark = pytest.mark.spark
 
@@ -131,8 +131,8 @@ def test_a_reader_killed_during_its_backfill_ends_with_exactly_the_table(
     assert not errors, errors
     # The last driver started reads the rest, then stops on SIGTERM (it commits and exits 0):
     # no driver of its own to catch up.
-    wait_until("the reader caught up with the table",
-               lambda: passes(lambda: assert_output_is_the_table(workspace, table)), timeout=300)
+    wait_until_passes("the reader caught up with the table", lambda: assert_output_is_the_table(workspace, table),
+                      timeout=300, drivers=(driver,))
     driver.terminate()
     assert driver.wait(120) == 0, driver.output()[-3000:]
     assert_output_is_the_table(workspace, table)
