@@ -76,6 +76,10 @@ class Round:
     deleted_files: int
     deleted_log_files: int
     seconds: float
+    lock_wait_seconds: float
+    """Of ``seconds``, the wait for a batch's MERGE to release the table's lock."""
+    optimize_seconds: float
+    """Of ``seconds``, OPTIMIZE's (it holds the table's lock, so MERGEs wait for it)."""
     at_ms: int
 
 
@@ -140,7 +144,9 @@ class Compactor:
     def compact(self) -> Round:
         started = time.monotonic()
         with self._lock:
+            locked = time.monotonic()
             self._optimize()
+        optimized = time.monotonic()
         now_ms = int(time.time() * 1000)
         margin_ms = int(self._settings.margin_s * 1000)
         keys = self._log.keys()
@@ -176,11 +182,14 @@ class Compactor:
             for a in sorted(ages, key=lambda a: str(a.hold.reader)))
         result = Round(latest=latest, frontier=frontier, bytes=sum(e.size for e in entries if e.path not in gone),
                        holders=holders, deleted_files=len(doomed), deleted_log_files=len(doomed_log),
-                       seconds=round(time.monotonic() - started, 3), at_ms=now_ms)
+                       seconds=round(time.monotonic() - started, 3), lock_wait_seconds=round(locked - started, 3),
+                       optimize_seconds=round(optimized - locked, 3),
+                       at_ms=now_ms)
         self._last = result
-        log.info("table %s: compacted in %.1fs: latest version %d, frontier %d, %d holds, %d files and %d log "
-                 "files deleted, %d bytes kept", self.name, result.seconds, latest, frontier, len(holds),
-                 len(doomed), len(doomed_log), result.bytes)
+        log.info("table %s: compacted in %.1fs (%.1fs waiting for a MERGE, OPTIMIZE %.1fs): latest version %d, "
+                 "frontier %d, %d holds, %d files and %d log files deleted, %d bytes kept", self.name, result.seconds,
+                 result.lock_wait_seconds, result.optimize_seconds,
+                 latest, frontier, len(holds), len(doomed), len(doomed_log), result.bytes)
         return result
 
     def _optimize(self) -> None:
