@@ -112,9 +112,9 @@ def test_a_new_reader_backfills_a_shared_table_through_changes_compaction_and_a_
         reader.wait_for_log("backfill customers: plan 3 at", timeout=240)
         files.append(changes(1))  # while it backfills: keys before and after its position
         write_csv(shared.root / "orders", "part-0001.csv", ORDERS_HEADER, files[1])
-        publisher.wait_for_log("orders: 2 files", timeout=120)
+        publisher.wait_for_log("orders: 2 files", timeout=240)
         reader.wait_for_log(r"backfill customers: plan \d+ at version \d+: \d+ changes, \d+ rows read "
-                            r"\(([3-9]\d\d|\d{4,}) rows read", timeout=120, pattern=True)
+                            r"\(([3-9]\d\d|\d{4,}) rows read", timeout=240, pattern=True)
         reader.kill()
         killed_at = watch.plans.frontier()
         assert not killed_at.finished and killed_at.rows_read < KEYS, killed_at
@@ -134,7 +134,7 @@ def test_a_new_reader_backfills_a_shared_table_through_changes_compaction_and_a_
         restarted = shared.tiers(*backfill, "--rows-per-second", str(4 * CHUNK), "--stop-when-idle").start()
         files.append(changes(3))
         write_csv(shared.root / "orders", "part-0003.csv", ORDERS_HEADER, files[3])
-        publisher.wait_for_log("orders: 4 files", timeout=120)
+        publisher.wait_for_log("orders: 4 files", timeout=240)
         assert "backfill customers: finished" not in restarted.output(), \
             "the reader finished before the publisher merged the last file: too slow a machine for this test"
         code = restarted.wait(240)

@@ -109,7 +109,7 @@ def reader_id(workspace: SharedWorkspace, name: str, persistent_id: str = "custo
 def feed_batches(shared: SharedWorkspace, publisher, files: range) -> None:  # type: ignore[no-untyped-def]
     for f in files:
         shared.add_orders(f)
-        publisher.wait_for_log(f"orders: {f + 1} files", timeout=120)
+        publisher.wait_for_log(f"orders: {f + 1} files", timeout=240)
 
 
 def test_compaction_stops_at_a_suspended_readers_hold_follows_it_and_passes_it_once_released(
