@@ -97,6 +97,16 @@ def needed_files(snapshot: Iterable[str], commits: Iterable[Commit]) -> set[str]
     return needed
 
 
+def mergeable(files: Iterable[str], entries: Iterable[FileEntry], below_bytes: int) -> int:
+    """How many of a version's data ``files`` OPTIMIZE would merge: those under
+    ``below_bytes`` (a file not listed counts as small). Delta rewrites only a bin of two
+    or more such files of one partition (no deletion vectors, which a shared table does not
+    have: Delta 4.4's OptimizeTableCommand), so below two it does nothing, but still rebuilds
+    the table's snapshot with Spark jobs to find that out."""
+    sizes = {e.path: e.size for e in entries}
+    return sum(1 for f in files if sizes.get(f, 0) < below_bytes)
+
+
 def log_cleanup_below(checkpoints: Sequence[int], frontier_version: int) -> int | None:
     """The version below which the log may go: the newest checkpoint at or below the
     frontier (None: there is none, so the log must stay whole)."""

@@ -249,3 +249,44 @@ def test_the_compactions_optimize_merges_the_small_files_and_leaves_the_large_on
     assert optimized.operation == "OPTIMIZE"
     assert optimized.removes == small and len(optimized.adds) == 1
     assert spark.read.format("delta").load(str(path)).count() == 20_030
+
+
+def test_a_compaction_round_with_fewer_than_two_small_files_runs_no_spark_job(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Delta's OPTIMIZE merges only two files or more under the threshold, but rebuilds the
+    snapshot with Spark jobs to find that out, holding the table's lock meanwhile; a round
+    whose latest version has fewer runs no Spark job, and one with two OPTIMIZEs."""
+    from spark_app.runtime.tables.compaction import CompactionSettings, Compactor, Round
+    from spark_app.state.delta_log import TableLog
+    from spark_app.state.tables import HoldRegistry
+
+    path = tmp_path / "customers"
+
+    def append(start: int, rows: int) -> None:
+        spark.range(start, start + rows).selectExpr("CAST(id AS STRING) AS id", "id AS n").coalesce(1).write.format(
+            "delta").mode("append").save(str(path))
+
+    append(0, 20_000)
+    append(20_000, 10)
+    storage = Backend.filesystem(path).storage()
+    log = TableLog(storage)
+    compactor = Compactor("customers", str(path), storage, HoldRegistry(storage), threading.Lock(), spark,
+                          CompactionSettings(merge_below_bytes=16 * 1024))
+    context = spark.sparkContext
+
+    def round_and_jobs(name: str) -> tuple[Round, int]:
+        context.setJobGroup(name, "a compaction round")
+        try:
+            done = compactor.compact()
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        return done, len(context.statusTracker().getJobIdsForGroup(name))
+
+    one_small, jobs = round_and_jobs("one-small-file")
+    assert jobs == 0 and not one_small.optimized and log.latest() == 1
+    append(20_010, 10)
+    two_small, jobs = round_and_jobs("two-small-files")
+    assert jobs > 0 and two_small.optimized
+    assert log.commit(3).operation == "OPTIMIZE" and len(log.commit(3).adds) == 1
+    merged, jobs = round_and_jobs("merged")
+    assert jobs == 0 and not merged.optimized and log.latest() == 3

@@ -160,6 +160,15 @@ def test_the_log_goes_below_the_newest_checkpoint_at_or_below_the_frontier() -> 
     assert plan.doomed_log_keys(keys, [10, 20], frontier_version=9) == []
 
 
+def test_only_files_of_the_version_under_the_threshold_count_as_mergeable() -> None:
+    entries = [FileEntry("big.parquet", 5_000, 0), FileEntry("small.parquet", 10, 0),
+               FileEntry("gone.parquet", 10, 0), FileEntry("_change_data/c.parquet", 10, 0)]
+    assert plan.mergeable({"big.parquet", "small.parquet"}, entries, below_bytes=100) == 1
+    assert plan.mergeable({"big.parquet", "small.parquet"}, entries, below_bytes=10_000) == 2
+    # A file of the version that the listing lacks is counted: OPTIMIZE runs and says why.
+    assert plan.mergeable({"small.parquet", "unlisted.parquet"}, entries, below_bytes=100) == 2
+
+
 # ---- the Delta log --------------------------------------------------------------------------
 
 
