@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import process_cpu_seconds, progress, write_results  # noqa: E402
+from bench.shared.optimize import write_table  # noqa: E402
 from spark_app.persistence import Backend  # noqa: E402
 from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
 from spark_app.runtime.tables.compaction import CompactionSettings, Compactor  # noqa: E402
@@ -59,11 +60,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-idle-round-"))
     try:
         table = work / "table"
-        rows = "uuid() AS customer_id", "id AS orders", "rand() AS total"
-        (spark.range(options.rows).selectExpr(*rows).repartition(1).write.format("delta")
-         .option("delta.enableChangeDataFeed", "true").save(str(table)))
-        spark.range(options.rows, options.rows + 1000).selectExpr(*rows).coalesce(1).write.format("delta").mode(
-            "append").save(str(table))
+        write_table(spark, table, options.rows, appends=1)
         storage = Backend.filesystem(table).storage()
         settings = CompactionSettings(margin_s=0)
         variants = {kind.__name__: kind("bench", str(table), storage, HoldRegistry(storage), threading.Lock(), spark,

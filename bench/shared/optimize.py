@@ -24,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from pyspark.sql import SparkSession  # noqa: E402
+
 from bench.common import progress, write_results  # noqa: E402
 from spark_app.persistence import Backend  # noqa: E402
 from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
@@ -31,6 +33,18 @@ from spark_app.runtime.tables.compaction import CompactionSettings, Compactor  #
 from spark_app.state.tables import HoldRegistry  # noqa: E402
 
 VARIANTS = {"threshold_64MiB": CompactionSettings(), "delta_1GiB": CompactionSettings(merge_below_bytes=2**30)}
+
+
+def write_table(spark: SparkSession, path: Path, rows: int, appends: int) -> None:
+    """A table as a publisher's compactions find it: ``rows`` rows in one file (about 46
+    bytes a row), then ``appends`` small files of 1,000 rows."""
+    columns = "uuid() AS customer_id", "id AS orders", "rand() AS total"
+    (spark.range(rows).selectExpr(*columns).repartition(1).write.format("delta")
+     .option("delta.enableChangeDataFeed", "true").save(str(path)))
+    for append in range(appends):
+        first = rows + 1000 * append
+        spark.range(first, first + 1000).selectExpr(*columns).coalesce(1).write.format("delta").mode(
+            "append").save(str(path))
 
 
 def main() -> None:
@@ -43,13 +57,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-optimize-"))
     try:
         base = work / "base"
-        rows = "uuid() AS customer_id", "id AS orders", "rand() AS total"
-        (spark.range(options.rows).selectExpr(*rows).repartition(1).write.format("delta")
-         .option("delta.enableChangeDataFeed", "true").save(str(base)))
-        for append in range(options.appends):
-            first = options.rows + 1000 * append
-            spark.range(first, first + 1000).selectExpr(*rows).coalesce(1).write.format("delta").mode(
-                "append").save(str(base))
+        write_table(spark, base, options.rows, options.appends)
         table_bytes = sum(f.stat().st_size for f in base.glob("*.parquet"))
         progress(f"table of {table_bytes:,} bytes: one file of {options.rows:,} rows and {options.appends} small ones")
         seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
