@@ -80,7 +80,8 @@ class Round:
     lock_wait_seconds: float
     """Of ``seconds``, the wait for a batch's MERGE to release the table's lock."""
     optimize_seconds: float
-    """Of ``seconds``, OPTIMIZE's (it holds the table's lock, so MERGEs wait for it)."""
+    """Of ``seconds``, OPTIMIZE's (it holds the table's lock, so MERGEs wait for it), or,
+    when it did not run, finding that it had nothing to merge."""
     optimized: bool
     """Whether OPTIMIZE ran: not when the latest version had under two files to merge."""
     at_ms: int
@@ -190,15 +191,15 @@ class Compactor:
         self._last = result
         optimize = f"OPTIMIZE {result.optimize_seconds:.1f}s" if ran else "nothing to OPTIMIZE"
         log.info("table %s: compacted in %.1fs (%.1fs waiting for a MERGE, %s): latest version %d, "
-                 "frontier %d, %d holds, %d files and %d log files deleted, %d bytes kept", self.name, result.seconds,
-                 result.lock_wait_seconds, optimize,
+                 "frontier %d, %d holds, %d files and %d log files deleted, %d bytes kept",
+                 self.name, result.seconds, result.lock_wait_seconds, optimize,
                  latest, frontier, len(holds), len(doomed), len(doomed_log), result.bytes)
         return result
 
     def _optimize_if_mergeable(self) -> bool:
         """OPTIMIZE, unless the latest version's files, carried from the last round's
         frontier, hold fewer than two to merge: then Delta would merge nothing, after
-        rebuilding the snapshot with Spark jobs (0.7 to 25 s a round in the tests' publishers,
+        rebuilding the snapshot with Spark jobs (0.3 to 25 s a round in the tests' publishers,
         while their batches waited on the lock). A round that cannot tell (a commit gone, or
         more than _REPLAY_COMMITS to read) runs it."""
         latest = self._log.latest()
