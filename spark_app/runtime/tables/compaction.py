@@ -37,7 +37,7 @@ from spark_app.faults import IN_TABLE_COMPACTION, crash_point
 from spark_app.state import compaction as plan
 from spark_app.state.delta_log import TableLog, after
 from spark_app.state.tables import Broken, Frontier, Hold, HoldRegistry
-from spark_app.storage import NotFound, Storage, StorageError
+from spark_app.storage import FileEntry, NotFound, Storage, StorageError
 
 log = logging.getLogger("spark_app")
 
@@ -149,11 +149,16 @@ class Compactor:
         started = time.monotonic()
         with self._lock:
             locked = time.monotonic()
-            ran = self._optimize_if_mergeable()
+            keys, entries = self._log.keys(), self._storage.list_entries("")
+            mergeable = self._mergeable(self._log.versions(keys)[-1], entries)
+            ran = mergeable is None or mergeable >= 2
+            if ran:
+                self._optimize()
         optimized = time.monotonic()
+        if ran:  # a new version and its file: the log and the folder as they are now
+            keys, entries = self._log.keys(), self._storage.list_entries("")
         now_ms = int(time.time() * 1000)
         margin_ms = int(self._settings.margin_s * 1000)
-        keys = self._log.keys()
         latest = self._log.versions(keys)[-1]
         holds = self._registry.holds()
         ages = [plan.hold_age(h, latest, self._log.timestamp_ms, now_ms) for h in holds]
@@ -168,7 +173,6 @@ class Compactor:
         self._registry.set_frontier(Frontier(frontier, latest, now_ms))
         needed = plan.needed_files(self._snapshot_files(frontier),
                                    (self._log.commit(v) for v in range(frontier, latest + 1)))
-        entries = self._storage.list_entries("")
         doomed = plan.doomed_data_files(entries, needed, now_ms, margin_ms)
         doomed_log = plan.doomed_log_keys(keys, self._log.checkpoints(keys), frontier)
         for number, path in enumerate([*doomed, *doomed_log]):
@@ -196,21 +200,15 @@ class Compactor:
                  latest, frontier, len(holds), len(doomed), len(doomed_log), result.bytes)
         return result
 
-    def _optimize_if_mergeable(self) -> bool:
-        """OPTIMIZE, unless the latest version's files, carried from the last round's
-        frontier, hold fewer than two to merge: then Delta would merge nothing, after
-        rebuilding the snapshot with Spark jobs (0.3 to 25 s a round in the tests' publishers,
-        while their batches waited on the lock). A round that cannot tell (a commit gone, or
-        more than _REPLAY_COMMITS to read) runs it."""
-        latest = self._log.latest()
+    def _mergeable(self, latest: int, entries: list[FileEntry]) -> int | None:
+        """How many of the ``latest`` version's files, carried from the last round's
+        frontier, OPTIMIZE would merge; None if a round cannot tell (a commit gone, or more
+        than _REPLAY_COMMITS to read), and then it runs OPTIMIZE. Under two, Delta would merge
+        nothing, after rebuilding the snapshot with Spark jobs (0.3 to 25 s a round in the
+        tests' publishers, while their batches waited on the lock), so the round skips it."""
         start, files = self._frontier_files or (-1, frozenset[str]())
-        carried = (self._carried(files, start, latest)
-                   if latest is not None and 0 <= latest - start <= _REPLAY_COMMITS else None)
-        if carried is not None and plan.mergeable(carried, self._storage.list_entries(""),
-                                                  self._settings.merge_below_bytes) < 2:
-            return False
-        self._optimize()
-        return True
+        carried = self._carried(files, start, latest) if 0 <= latest - start <= _REPLAY_COMMITS else None
+        return None if carried is None else plan.mergeable(carried, entries, self._settings.merge_below_bytes)
 
     def _optimize(self) -> None:
         from delta.tables import DeltaTable
