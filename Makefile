@@ -231,7 +231,7 @@ TEST_JVM := JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize
 SPARK_SUITES := tests/integration/state tests/integration/spark_app tests/integration/test_kafka_broker.py
 
 .PHONY: test-long
-test-long: setup ## The Spark tests make test leaves out (marked long): the example pair of a shared table, its storage over 30 batches, S3 resume, an outage past the budget, Kafka kills at random and after a commit, a shared table published before keys were recorded.
+test-long: setup ## The Spark tests make test leaves out (marked long): the example pair of a shared table, its storage over 30 batches, S3 resume, an outage past the budget, SIGTERM in an outage, Kafka kills at random and after a commit, a shared table published before keys were recorded, a paused backfill, the snapshot interval's bound.
 	$(TEST_JVM) $(PYTEST) $(SPARK_SUITES) -m long -q -n 2 --durations=10 $(PYTEST_ARGS)
 
 .PHONY: test-unit

@@ -47,6 +47,7 @@ def test_sigterm_commits_and_exits_zero_within_the_grace_period(fs_workspace: Wo
     assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
 
 
+@pytest.mark.long  # make test: SIGTERM's grace above, an outage ridden out below, and the operator's outage test
 def test_sigterm_in_a_storage_outage_ends_the_driver_within_the_grace_period(s3_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """SIGTERM while S3 is unreachable (a pod deleted or a node drained during an outage):
     nothing more can be committed, so the driver ends within Kubernetes' default grace

@@ -93,6 +93,7 @@ def snapshot_lag_ms(workspace: Workspace) -> tuple[int, int, int]:
     return state_lag, output_lag, longest
 
 
+@pytest.mark.long  # make test: the idle query's test below; the kill rounds replay changelogs
 def test_the_snapshot_stays_within_one_interval_and_the_changelog_covers_the_rest(tmp_path: Path) -> None:
     (tmp_path / "short").mkdir()
     (tmp_path / "long").mkdir()

@@ -141,6 +141,7 @@ def test_a_reader_killed_during_its_backfill_ends_with_exactly_the_table(
     assert "rows read (backfill done" in logs, "the backfill never finished"
 
 
+@pytest.mark.long  # make test: the operator's backfill test pauses, lets go and pauses a running reader's backfill
 def test_a_paused_backfill_reads_nothing_until_its_rate_is_raised_while_the_reader_runs(tmp_path: Path) -> None:
     workspace = Workspace(tmp_path, str(tmp_path / "state"))
     writer = Writer(UNUSED_ENDPOINT, {"spark.sql.shuffle.partitions": "2"}, tmp_path / "writer.log")
