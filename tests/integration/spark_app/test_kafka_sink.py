@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -88,8 +89,15 @@ def test_a_driver_killed_around_the_kafka_commit_writes_each_change_once(
         assert everything > committed
         assert "batch 2 is in Kafka already" not in resumed.output()
     else:
-        assert everything == committed
-        assert "batch 2 is in Kafka already" in resumed.output()
+        # The output whose fault fired committed batch 2 in Kafka, so its topic holds no
+        # aborted message. The other output runs at the same time and may have been killed
+        # inside a transaction of its own, whose messages stay in its topic, aborted (a run
+        # of 2026-12-02: counts' batch 1 in flight when even's fault fired, 53 messages
+        # against 43 committed over both topics).
+        found = re.search(r"output (\w+): batch 2 is in Kafka already", resumed.output())
+        assert found, resumed.output()[-3000:]
+        fired = {"counts": topic, "even": f"{topic}-even"}[found.group(1)]
+        assert len(changelog(kafka_broker, fired, False)) == len(changelog(kafka_broker, fired))
 
 
 def test_a_stale_driver_is_fenced_by_the_producer_epoch(kafka_broker: KafkaBroker, fs_workspace: Workspace) -> None:
