@@ -149,17 +149,16 @@ class Compactor:
         started = time.monotonic()
         with self._lock:
             locked = time.monotonic()
-            keys, entries = self._log.keys(), self._storage.list_entries("")
-            mergeable = self._mergeable(self._log.versions(keys)[-1], entries)
+            keys, latest, entries = self._listing()
+            mergeable = self._mergeable(latest, entries)
             ran = mergeable is None or mergeable >= 2
             if ran:
                 self._optimize()
         optimized = time.monotonic()
         if ran:  # a new version and its file: the log and the folder as they are now
-            keys, entries = self._log.keys(), self._storage.list_entries("")
+            keys, latest, entries = self._listing()
         now_ms = int(time.time() * 1000)
         margin_ms = int(self._settings.margin_s * 1000)
-        latest = self._log.versions(keys)[-1]
         holds = self._registry.holds()
         ages = [plan.hold_age(h, latest, self._log.timestamp_ms, now_ms) for h in holds]
         max_age_ms = None if self._settings.max_hold_age_s is None else int(self._settings.max_hold_age_s * 1000)
@@ -199,6 +198,11 @@ class Compactor:
                  self.name, result.seconds, result.lock_wait_seconds, optimize,
                  latest, frontier, len(holds), len(doomed), len(doomed_log), result.bytes)
         return result
+
+    def _listing(self) -> tuple[list[str], int, list[FileEntry]]:
+        """The log's keys, its latest version and the table folder's files, as they are now."""
+        keys = self._log.keys()
+        return keys, self._log.versions(keys)[-1], self._storage.list_entries("")
 
     def _mergeable(self, latest: int, entries: list[FileEntry]) -> int | None:
         """How many of the ``latest`` version's files, carried from the last round's
