@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from spark_app import contract
-from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
+from spark_app.runtime.sinks.keyed_state import COMPRESSED, OutputState, Snapshotter
 from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead
 from spark_app.storage import Storage, join
 
@@ -71,8 +71,8 @@ class OutputDamaged(Exception):
 
 def snapshot_key(output: str, batch_id: int, epoch: int) -> str:
     """Where a snapshot of an output's state goes: named by its batch and its driver's
-    epoch, so that no two drivers ever write one key."""
-    return join("outputs", output, "snapshots", f"{batch_id:012d}-e{epoch:06d}.sqlite")
+    epoch, so that no two drivers ever write one key; stored compressed (keyed_state)."""
+    return join("outputs", output, "snapshots", f"{batch_id:012d}-e{epoch:06d}.sqlite{COMPRESSED}")
 
 
 class Output(ABC):

@@ -12,6 +12,12 @@ write-ahead-log mode, so a second connection reads the state as it was at one co
 while the next batches go on writing, and copies and uploads it in a thread of its own.
 At 16M keys the file is a gigabyte, which took 5 s of every snapshot interval's batch
 when it was copied and stored in line.
+
+A snapshot is stored compressed (zstd), which a key ending in ``.zst`` says; a snapshot of
+an older driver, stored whole, is restored as it is. The state is JSON text, keys in order:
+at 4M keys of ``bench/resume`` the 220 MB file compressed to 13 MB in 0.7 s of one core
+(the GIL released) and was written back in 0.4 s, where downloading the whole file from
+the local S3 server ran at 67 MB/s.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import pyarrow as pa
 
 from spark_app.runtime.scratch import owned_folder
 from spark_app.state.records import OutputSnapshot
@@ -39,6 +47,27 @@ builds one per call when given settings, a third of a replay's time)."""
 
 def encode_key(values: list[Any]) -> str:
     return _KEY_ENCODER.encode(values)
+
+
+COMPRESSED = ".zst"
+"""The end of a snapshot's key when it is stored compressed."""
+
+_CODEC = "zstd"
+_CHUNK = 1 << 20
+"""Bytes read at a time when compressing or expanding a snapshot (1 MiB wrote the
+expanded file sooner than 8 or 64 MiB: 0.41 s against 1.19 and 0.80 s at 4M keys)."""
+
+
+def compress_file(source: str, target: str) -> None:
+    with pa.OSFile(source, "rb") as raw, pa.CompressedOutputStream(pa.OSFile(target, "wb"), _CODEC) as out:
+        while (chunk := raw.read_buffer(_CHUNK)).size:
+            out.write(chunk)
+
+
+def expand_file(source: str, target: str) -> None:
+    with pa.CompressedInputStream(pa.OSFile(source, "rb"), _CODEC) as packed, pa.OSFile(target, "wb") as out:
+        while (chunk := packed.read_buffer(_CHUNK)).size:
+            out.write(chunk)
 
 
 _REPLAY_BLOCK = 100_000
@@ -158,9 +187,18 @@ class OutputState:
 
     def restore_from(self, snapshots: Storage, key: str) -> None:
         """Replaces the state by the snapshot stored at ``key`` (downloaded, not read into
-        memory); raises ``NotFound``."""
+        memory, and expanded if it is compressed); raises ``NotFound``."""
         downloaded = os.path.join(self._folder, "restoring.sqlite")
-        snapshots.read_file(key, downloaded)
+        if key.endswith(COMPRESSED):
+            packed = downloaded + COMPRESSED
+            try:
+                snapshots.read_file(key, packed)
+                expand_file(packed, downloaded)
+            finally:
+                if os.path.exists(packed):
+                    os.unlink(packed)
+        else:
+            snapshots.read_file(key, downloaded)
         self._db.close()
         for stale in (self._path + "-wal", self._path + "-shm"):
             if os.path.exists(stale):
@@ -198,11 +236,15 @@ class Snapshotter:
         self._failed: BaseException | None = None
 
     def start(self, state: OutputState, snapshots: Storage, snapshot: OutputSnapshot) -> bool:
-        """Begins storing ``snapshot`` of ``state`` unless one is under way; returns whether it did."""
+        """Begins storing ``snapshot`` of ``state`` unless one is under way; returns whether it did.
+        It is stored compressed, so its key must say so (end in ``COMPRESSED``)."""
+        if not snapshot.key.endswith(COMPRESSED):
+            raise ValueError(f"a snapshot is stored compressed; its key must end in {COMPRESSED}: {snapshot.key}")
         if self._thread is not None:
             return False
         reader = state.reading_point()
         copy = os.path.join(state.folder, f"snapshot-{snapshot.batch}.sqlite")
+        packed = copy + COMPRESSED
 
         def run() -> None:
             try:
@@ -210,13 +252,16 @@ class Snapshotter:
                     state.snapshot_to(copy, reader)
                 finally:
                     reader.close()  # the write-ahead log can be folded in again
-                snapshots.write_file(snapshot.key, copy)
+                compress_file(copy, packed)
+                os.unlink(copy)
+                snapshots.write_file(snapshot.key, packed)
                 self._done = snapshot
             except BaseException as error:  # noqa: BLE001 - reported by finished(); a later snapshot tries again
                 self._failed = error
             finally:
-                if os.path.exists(copy):
-                    os.unlink(copy)
+                for local in (copy, packed):
+                    if os.path.exists(local):
+                        os.unlink(local)
 
         self._thread = threading.Thread(target=run, name=f"spark_app-snapshot-{self._output}", daemon=True)
         self._thread.start()

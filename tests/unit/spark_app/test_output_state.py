@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+
+import pytest
 
 from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
 
@@ -29,7 +32,7 @@ def test_a_snapshot_holds_the_state_of_its_commit_while_the_next_batches_write(t
     state.upsert([('["x"]', '{"k":"x"}')])
     state.commit()
     snapshotter = Snapshotter("out")
-    wanted = OutputSnapshot(batch=1, position=10, key="s/1")
+    wanted = OutputSnapshot(batch=1, position=10, key="s/1.zst")
     held = threading.Event()
     original = state.snapshot_to
 
@@ -39,7 +42,7 @@ def test_a_snapshot_holds_the_state_of_its_commit_while_the_next_batches_write(t
 
     state.snapshot_to = slow_copy  # type: ignore[method-assign]
     assert snapshotter.start(state, storage, wanted)
-    assert not snapshotter.start(state, storage, OutputSnapshot(2, 20, "s/2")), "one at a time"
+    assert not snapshotter.start(state, storage, OutputSnapshot(2, 20, "s/2.zst")), "one at a time"
     assert snapshotter.finished() is None, "under way"
     state.begin()
     state.upsert([('["y"]', '{"k":"y"}')])
@@ -50,7 +53,7 @@ def test_a_snapshot_holds_the_state_of_its_commit_while_the_next_batches_write(t
     assert snapshotter.finished() == wanted
     assert snapshotter.finished() is None, "handed over once"
     restored = OutputState(["k"])
-    restored.restore_from(storage, "s/1")
+    restored.restore_from(storage, "s/1.zst")
     assert restored.lookup(['["x"]', '["y"]']) == {'["x"]': '{"k":"x"}'}
     assert len(state) == 1 and state.lookup(['["y"]']) == {'["y"]': '{"k":"y"}'}
     state.begin()
@@ -69,12 +72,12 @@ def test_a_snapshot_that_cannot_be_stored_is_reported_and_the_next_one_is_taken(
     blocker.write_text("not a folder")
     state = OutputState(["k"])
     snapshotter = Snapshotter("out")
-    assert snapshotter.start(state, FilesystemStorage(blocker), OutputSnapshot(1, 0, "s/1"))
+    assert snapshotter.start(state, FilesystemStorage(blocker), OutputSnapshot(1, 0, "s/1.zst"))
     snapshotter.wait(10)
     assert snapshotter.finished() is None
-    assert snapshotter.start(state, FilesystemStorage(tmp_path / "ok"), OutputSnapshot(2, 0, "s/2"))
+    assert snapshotter.start(state, FilesystemStorage(tmp_path / "ok"), OutputSnapshot(2, 0, "s/2.zst"))
     snapshotter.wait(10)
-    assert snapshotter.finished() == OutputSnapshot(2, 0, "s/2")
+    assert snapshotter.finished() == OutputSnapshot(2, 0, "s/2.zst")
     state.close()
 
 
@@ -96,3 +99,39 @@ def test_a_replay_keeps_each_row_as_it_was_encoded_and_the_last_change_of_a_key_
     state.close()
     keyless.close()
 
+
+
+def test_a_snapshot_is_stored_compressed_and_one_stored_whole_by_an_older_driver_still_restores(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from spark_app.runtime.sinks.base import snapshot_key
+    from spark_app.state.records import OutputSnapshot
+    from spark_app.storage import FilesystemStorage
+
+    storage = FilesystemStorage(tmp_path / "snapshots")
+    state = OutputState(["k"])
+    state.begin()
+    state.upsert((f'["{i:06d}"]', f'{{"k":"{i:06d}","n":{i % 7}}}') for i in range(20_000))
+    state.commit()
+    key = snapshot_key("out", 3, 2)
+    snapshotter = Snapshotter("out")
+    assert snapshotter.start(state, storage, OutputSnapshot(3, 0, key))
+    snapshotter.wait(10)
+    assert snapshotter.finished() == OutputSnapshot(3, 0, key)
+    stored = (tmp_path / "snapshots" / key).read_bytes()
+    whole = tmp_path / "whole.sqlite"
+    state.snapshot_to(str(whole))
+    assert stored[:4] == b"\x28\xb5\x2f\xfd", "a zstd frame"
+    assert len(stored) * 5 < whole.stat().st_size
+    restored = OutputState(["k"])
+    restored.restore_from(storage, key)
+    assert len(restored) == 20_000 and restored.lookup(['["000009"]']) == {'["000009"]': '{"k":"000009","n":2}'}
+    assert not [name for name in os.listdir(restored.folder) if name.startswith("restoring")], "the download is gone"
+
+    # A snapshot an older driver stored whole (its key ends in .sqlite) is read as it is.
+    storage.write_file("outputs/out/snapshots/000000000001-e000001.sqlite", str(whole))
+    older = OutputState(["k"])
+    older.restore_from(storage, "outputs/out/snapshots/000000000001-e000001.sqlite")
+    assert len(older) == 20_000
+    with pytest.raises(ValueError, match="must end in .zst"):
+        snapshotter.start(state, storage, OutputSnapshot(4, 0, "outputs/out/snapshots/4.sqlite"))
+    for opened in (state, restored, older):
+        opened.close()
