@@ -100,7 +100,6 @@ def test_a_replay_keeps_each_row_as_it_was_encoded_and_the_last_change_of_a_key_
     keyless.close()
 
 
-
 def test_a_snapshot_is_stored_compressed_and_one_stored_whole_by_an_older_driver_still_restores(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from spark_app.runtime.sinks.base import snapshot_key
     from spark_app.state.records import OutputSnapshot
