@@ -105,6 +105,16 @@ class Run:
     log: str
 
 
+def kill_driver(process: subprocess.Popen[bytes]) -> None:
+    """kill -9 of a driver started in a session of its own: Python and its JVM, as a lost
+    node or a killed container would. (Killed alone, the Python process left its JVM to run
+    Spark's shutdown on its own, beside the next driver's start, and one such JVM hung in it.)"""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_process(args: list[str], log_path: Path, env: dict[str, str] | None = None, until: Any = None,
                 timeout: float = 1800, stop_signal: int = signal.SIGTERM, linger: Any = None) -> Run:
     """Runs ``args``; stops when it exits or, with ``until``, as soon as ``until()`` is true
@@ -125,7 +135,10 @@ def run_process(args: list[str], log_path: Path, env: dict[str, str] | None = No
                 while (linger is not None and not linger() and process.poll() is None
                        and time.monotonic() - lingered < 30):
                     time.sleep(0.1)
-                process.send_signal(stop_signal)
+                if stop_signal == signal.SIGKILL:
+                    kill_driver(process)
+                else:  # a stop the driver handles, sent to it alone, as to a container's first process
+                    process.send_signal(stop_signal)
                 break
             if time.monotonic() - began > timeout:
                 raise TimeoutError(f"{args} ran over {timeout}s; see {log_path}")
@@ -133,7 +146,7 @@ def run_process(args: list[str], log_path: Path, env: dict[str, str] | None = No
         process.wait()
     finally:
         if process.poll() is None:  # the benchmark is failing or being stopped: no driver outlives it
-            process.kill()
+            kill_driver(process)
             process.wait()
     if seconds is None:
         seconds = time.monotonic() - began

@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import (  # noqa: E402
     REPO,
     SPARK_CONF,
+    kill_driver,
     process_cpu_seconds,
     progress,
     run_process,
@@ -343,9 +344,12 @@ def history_case(work: Path, keys: int, batches: int, backend: str, rounds: int,
 
 
 def interval_case(work: Path, keys: int, interval_s: float, backend: str, seconds: float,
-                  s3: S3 | None) -> dict[str, Any]:
+                  s3: S3 | None, kill_after_s: float | None = None) -> dict[str, Any]:
     """A steady stream of small files at one snapshot interval: each file's latency to its
-    output line, a backlog's throughput, then a kill -9 at a random moment and the restart."""
+    output line, a backlog's throughput, then a kill -9 at a random moment of the next
+    interval (or ``kill_after_s`` after the backlog's last output line: 0 is the driver lost
+    before a snapshot covers the backlog, whose output lines the restart then replays) and
+    the restart."""
     case = new_case(work, f"interval-{interval_s:g}s-{backend}", "count", backend, s3)
     interval_ms = str(int(interval_s * 1000))
     progress(f"{case.name}: {keys:,} keys of state")
@@ -375,11 +379,11 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
             backlog_rows += 50_000
         _wait(lambda: tail.has(marker), process, log, 1200)
         throughput = backlog_rows / (time.monotonic() - began)
-        time.sleep(rng.uniform(0, interval_s))  # the kill lands anywhere in an interval
-        process.kill()
+        time.sleep(rng.uniform(0, interval_s) if kill_after_s is None else kill_after_s)
+        kill_driver(process)
     finally:
         if process.poll() is None:
-            process.kill()
+            kill_driver(process)
         process.wait()
     marker = write_marker(case)
     resumed = timed_to_marker(case, "resume-after-kill", marker)
@@ -463,6 +467,9 @@ def main() -> None:
     parser.add_argument("--interval-keys", type=int, default=1_000_000, help="keys of the interval cases (0: none)")
     parser.add_argument("--intervals", default="1,10,60", help="snapshot intervals in seconds")
     parser.add_argument("--steady-seconds", type=float, default=90.0)
+    parser.add_argument("--kill-after-s", type=float,
+                        help="the interval cases' kill, seconds after the backlog's last output line "
+                             "(default: a random moment of the next interval)")
     parser.add_argument("--work", help="a folder to work in (default: a new temporary one, removed at the end)")
     args = parser.parse_args()
     stop_on_sigterm()
@@ -485,7 +492,7 @@ def main() -> None:
         if args.interval_keys:
             for interval in [float(i) for i in args.intervals.split(",") if i]:
                 results["intervals"].append(interval_case(work, args.interval_keys, interval, backends[0],
-                                                          args.steady_seconds, s3))
+                                                          args.steady_seconds, s3, args.kill_after_s))
         results["table"] = table(results)
         print(results["table"])
         write_results("resume", results)
