@@ -29,6 +29,7 @@ import shutil
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import pyarrow as pa
@@ -46,6 +47,10 @@ builds one per call when given settings, a third of a replay's time)."""
 
 
 def encode_key(values: list[Any]) -> str:
+    if len(values) == 1 and type(values[0]) is str:
+        # The common key, one text column: what the encoder writes for it (the same C
+        # function escapes it), at a fifth of the encoder's cost, which a replay pays per line.
+        return "[" + encode_basestring_ascii(values[0]) + "]"
     return _KEY_ENCODER.encode(values)
 
 
@@ -74,17 +79,30 @@ _REPLAY_BLOCK = 100_000
 """Keys folded in memory before a replay writes them."""
 
 
-def _row_of(line: bytes, record: dict[str, Any], time_ms: Any, diff: Any) -> str:
+_DECODE = json.JSONDecoder().decode
+"""json.loads without its per-call checks (given bytes, it first guesses their encoding in Python)."""
+
+
+class _RowOfLine:
     """The row a changelog line holds, as the encoder wrote it: sinks.changelog.line
     appends ``"time"`` and ``"diff"`` last to the row's JSON object. A line written any
-    other way (by hand) is encoded again."""
-    text = line.decode().rstrip("\n")
-    suffix = f',"time":{time_ms},"diff":{diff}}}'
-    if text.endswith(suffix):
-        return text[: -len(suffix)] + "}"
-    if not record:
-        return "{}"
-    return json.dumps(record, separators=(",", ":"))
+    other way (by hand) is encoded again. A batch's lines share their time and their
+    diffs are +1 and -1, so the few endings are built once each."""
+
+    def __init__(self) -> None:
+        self._endings: dict[tuple[Any, Any], str] = {}
+
+    def __call__(self, text: str, record: dict[str, Any], time_ms: Any, diff: Any) -> str:
+        ending = self._endings.get((time_ms, diff))
+        if ending is None:
+            ending = self._endings[(time_ms, diff)] = f',"time":{time_ms},"diff":{diff}}}'
+            if len(self._endings) > 1024:  # a replay of many batches: keep the last ones only
+                self._endings = {(time_ms, diff): ending}
+        if text.endswith(ending):
+            return text[: -len(ending)] + "}"
+        if not record:
+            return "{}"
+        return json.dumps(record, separators=(",", ":"))
 
 
 class OutputState:
@@ -144,12 +162,16 @@ class OutputState:
         line without its time and diff), not encoded again."""
         count = 0
         folded: dict[str, str | None] = {}
+        row_of = _RowOfLine()
+        columns = self._key_columns
         self.begin()
         for line in lines:
-            record = json.loads(line)
+            text = (line.decode() if isinstance(line, bytes) else line).rstrip("\n")
+            record = _DECODE(text)
             time_ms = record.pop("time", None)
             diff = record.pop("diff")
-            folded[self.key_of(record)] = _row_of(line, record, time_ms, diff) if diff > 0 else None
+            folded[encode_key([record.get(c) for c in columns])] = (
+                row_of(text, record, time_ms, diff) if diff > 0 else None)
             count += 1
             if len(folded) >= _REPLAY_BLOCK:
                 self._write_folded(folded)
@@ -158,8 +180,11 @@ class OutputState:
         return count
 
     def _write_folded(self, folded: dict[str, str | None]) -> None:
-        self.delete(k for k, row in folded.items() if row is None)
-        self.upsert((k, row) for k, row in folded.items() if row is not None)
+        # In key order: SQLite then walks its index forwards instead of hopping about it
+        # (bench/resume/replay.py, 1.1M lines into a state of 1M keys: 9.1 s against 12.3 s).
+        items = sorted(folded.items())
+        self.delete(k for k, row in items if row is None)
+        self.upsert((k, row) for k, row in items if row is not None)
         folded.clear()
 
     def __len__(self) -> int:

@@ -5,8 +5,10 @@ import os
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter
+from spark_app.runtime.sinks.keyed_state import OutputState, Snapshotter, encode_key
 
 
 def test_changelog_replay_rebuilds_the_state() -> None:
@@ -134,3 +136,42 @@ def test_a_snapshot_is_stored_compressed_and_one_stored_whole_by_an_older_driver
         snapshotter.start(state, storage, OutputSnapshot(4, 0, "outputs/out/snapshots/4.sqlite"))
     for opened in (state, restored, older):
         opened.close()
+
+
+_KEY_VALUES = st.one_of(st.text(max_size=6), st.integers(-10**20, 10**20), st.none(), st.booleans(),
+                        st.floats(allow_nan=False, allow_infinity=False))
+
+
+@given(st.lists(st.tuples(st.lists(_KEY_VALUES, min_size=1, max_size=2), st.text(max_size=4),
+                          st.integers(0, 3), st.sampled_from([1, -1])), max_size=40),
+       st.integers(1, 5))
+def test_a_replay_folds_into_what_each_line_says_whatever_the_keys_and_the_blocks(
+        changes: list[tuple[list[object], str, int, int]], block: int) -> None:
+    """Against the plain fold: each line parsed whole, its key encoded by the JSON encoder,
+    its row as encoded before its time and diff were appended; the last line of a key wins.
+    Written a few keys at a time (``block``), so that several blocks are sorted and written."""
+    from spark_app.runtime.sinks import keyed_state
+    from spark_app.runtime.sinks.changelog import line
+
+    encoder = json.JSONEncoder(separators=(",", ":"), default=str)
+    columns = ["k0", "k1"]
+    lines, expected = [], {}
+    for values, text, time_ms, diff in changes:
+        record = {c: v for c, v in zip(columns, values, strict=False)} | {"text": text}
+        row = json.dumps(record, separators=(",", ":"))
+        lines.append(line(row, time_ms, diff).encode())
+        expected[encoder.encode([record.get(c) for c in columns])] = row if diff > 0 else None
+    state = OutputState(columns)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(keyed_state, "_REPLAY_BLOCK", block)
+            assert state.apply_changelog(lines) == len(lines)
+        assert state.lookup(expected) == {k: row for k, row in expected.items() if row is not None}
+        assert len(state) == sum(row is not None for row in expected.values())
+    finally:
+        state.close()
+
+
+@given(st.lists(_KEY_VALUES, min_size=1, max_size=3))
+def test_a_key_is_the_json_encoders_text_of_its_values(values: list[object]) -> None:
+    assert encode_key(values) == json.JSONEncoder(separators=(",", ":"), default=str).encode(values)
