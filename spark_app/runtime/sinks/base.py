@@ -14,13 +14,14 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame
 
 from spark_app import contract
+from spark_app.runtime.sinks.changelog import chunks
 from spark_app.runtime.sinks.keyed_state import COMPRESSED, OutputState, Snapshotter
 from spark_app.state.records import OutputHead, OutputSnapshot, QueryHead
 from spark_app.storage import Storage, join
@@ -161,7 +162,33 @@ class KeyedOutput(Output):
             self._restoring.join()
             self._restoring = None
 
+    def _keyed_chunks(self, batch: Batch) -> Iterator[tuple[OutputState, bytes]]:
+        """The batch's ``key<TAB>row`` chunks, each with the state to compare it with, in a
+        transaction of the state's. Spark computes the whole batch in the job behind the
+        first chunk, and only then is the state waited for, so that a restore under way (a
+        snapshot's download, a changelog's replay) goes on beside the batch's job instead
+        of before it: at 1M keys, a replay of 1.4M lines took 9.6 s of a restart's 22 s, and
+        the job 7 s after it."""
+        assert self._state is not None
+        encoded = chunks(batch.df, batch.time_ms, "keyed", self.key)
+        try:
+            first = next(encoded, None)
+            state = self._state_ready()
+            assert state is not None
+            state.begin()
+            if first is not None:
+                yield state, first[0]
+                for chunk, _ in encoded:
+                    yield state, chunk
+        finally:
+            encoded.close()  # its scratch folder goes now, also when the state failed to restore
+
     def start_snapshot(self, head: OutputHead, batch_id: int, snapshots: Storage) -> bool:
+        if self._restoring is not None and self._restoring.is_alive():
+            # Put off, not waited for: the driver asks between batches holding the query's
+            # batch lock, and the first batch (which Spark computes before it needs the
+            # state) would wait on the lock for the whole restore. Asked again later.
+            return False
         state = self._state_ready()
         if state is None:
             return True

@@ -16,7 +16,7 @@ import datetime as dt
 import decimal
 import functools
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -30,7 +30,7 @@ _CHUNK = "chunk"
 
 
 def chunks(df: DataFrame, time_ms: int, mode: str, key: Sequence[str] | None = None,
-           ) -> Iterator[tuple[bytes, int]]:
+           ) -> Generator[tuple[bytes, int], None, None]:
     """``df`` encoded in Spark's tasks (``encode``, or its JVM twin) and fetched in one job
     (runtime/jvm/changelog_encoder.py), as (bytes, lines) chunks in the rows' order."""
     encoded = encoded_in_jvm(df, time_ms, mode, tuple(key or ()))

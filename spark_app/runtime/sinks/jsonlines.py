@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from spark_app.faults import AFTER_PUBLISH, crash_point
 from spark_app.runtime.sinks.base import Batch, KeyedOutput, OutputContext, OutputDamaged
 from spark_app.runtime.sinks.changelog import chunks, keyed_changes
+from spark_app.runtime.sinks.keyed_state import OutputState
 from spark_app.state.records import OutputHead, StagedBatch
 from spark_app.storage import NotFound, Storage
 
@@ -122,17 +123,16 @@ class JsonLinesOutput(KeyedOutput):
                     yield from chunks(part, batch.time_ms, "changelog")
             finally:
                 rows.unpersist()
-        elif (state := self._state_ready()) is not None:
-            state.begin()
-            for chunk, _ in chunks(batch.df, batch.time_ms, "keyed", self.key):
-                yield self._changes(chunk, batch.time_ms)
+        elif self._state is not None:
+            for state, chunk in self._keyed_chunks(batch):
+                yield self._changes(state, chunk, batch.time_ms)
         else:
             yield from chunks(batch.df, batch.time_ms, "append")
 
-    def _changes(self, chunk: bytes, time_ms: int) -> tuple[bytes, int]:
+    @staticmethod
+    def _changes(state: OutputState, chunk: bytes, time_ms: int) -> tuple[bytes, int]:
         """The changelog lines of a chunk of keyed rows, against the rows last emitted."""
-        assert self._state is not None
-        lines = [line for _, line in keyed_changes(self._state, chunk, time_ms)]
+        lines = [line for _, line in keyed_changes(state, chunk, time_ms)]
         return "".join(lines).encode(), len(lines)
 
     def committed(self, head: OutputHead) -> None:

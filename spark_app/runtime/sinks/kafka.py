@@ -191,9 +191,8 @@ class KafkaOutput(KeyedOutput):
 
     def _changes(self, batch: Batch) -> Iterator[tuple[bytes | None, str]]:
         """(message key, changelog line) of each change, in order."""
-        if (state := self._state_ready()) is not None:
-            state.begin()
-            for chunk, _ in chunks(batch.df, batch.time_ms, "keyed", self.key):
+        if self._state is not None:
+            for state, chunk in self._keyed_chunks(batch):
                 for key, value in keyed_changes(state, chunk, batch.time_ms):
                     yield key.encode(), value
         elif self._message_key:

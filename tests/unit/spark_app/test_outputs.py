@@ -4,6 +4,7 @@ not do, and what the next driver finishes."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,78 @@ def test_a_keyed_outputs_state_is_restored_beside_the_start_and_its_first_use_wa
     ready.join(30)
     state = output._state_ready()
     assert state is not None and len(state) == 1
+    output.close()
+
+
+def test_a_snapshot_asked_for_while_the_state_is_restored_is_put_off_not_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver asks for snapshots between batches, holding the query's batch lock: had it
+    waited there for a restore (a changelog replay of a million lines takes seconds), the
+    first batch would have waited for the lock before Spark computed any of its rows."""
+    out = tmp_path / "out.jsonlines"
+    out.write_bytes(b'{"a":1,"n":1,"time":1,"diff":1}\n')
+    release = threading.Event()
+    original = JsonLinesOutput._rebuild_state
+
+    def slow_rebuild(self: JsonLinesOutput, snapshots: FilesystemStorage) -> None:
+        release.wait(30)
+        original(self, snapshots)
+
+    monkeypatch.setattr(JsonLinesOutput, "_rebuild_state", slow_rebuild)
+    output = JsonLinesOutput("out", str(out), ["a"])
+    head = OutputHead(position=out.stat().st_size, rows=1)
+    output.recover(head, context(tmp_path))
+    storage = FilesystemStorage(tmp_path / "state")
+    started: list[bool] = []
+    asking = threading.Thread(target=lambda: started.append(output.start_snapshot(head, 0, storage)))
+    asking.start()
+    asking.join(5)
+    assert not asking.is_alive(), "the snapshot waited for the state's restore"
+    assert started == [False]  # not started: asked again after a later batch
+    release.set()
+    assert output._state_ready() is not None  # the first batch's use of it
+    assert output.start_snapshot(head, 0, storage)
+    output.wait_for_snapshot(30)
+    stored = output.finished_snapshot(head)
+    assert stored is not None and stored.snapshot is not None
+    assert storage.list("outputs/out/snapshots/") == [stored.snapshot.key]
+    output.close()
+
+
+def test_the_first_batchs_rows_are_computed_while_the_state_is_restored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark computes a batch's rows when its chunks are first asked for; the restored state
+    is needed only to compare them with: asked for first, the state held the whole batch
+    back until a million-line replay was done (the job then ran after it, 7 s more)."""
+    from spark_app.runtime.sinks import base
+    from spark_app.runtime.sinks.base import Batch
+
+    out = tmp_path / "out.jsonlines"
+    out.write_bytes(b'{"a":"x","n":1,"time":1,"diff":1}\n')
+    release, computed = threading.Event(), threading.Event()
+    original = JsonLinesOutput._rebuild_state
+
+    def slow_rebuild(self: JsonLinesOutput, snapshots: FilesystemStorage) -> None:
+        release.wait(30)
+        original(self, snapshots)
+
+    def spark_job(df: object, time_ms: int, mode: str, key: object = None) -> Iterator[tuple[bytes, int]]:
+        computed.set()  # the batch's one job: every chunk is ready once the first is
+        yield b'["x"]\t{"a":"x","n":2}\n["y"]\t{"a":"y","n":1}\n', 2
+
+    monkeypatch.setattr(JsonLinesOutput, "_rebuild_state", slow_rebuild)
+    monkeypatch.setattr(base, "chunks", spark_job)
+    output = JsonLinesOutput("out", str(out), ["a"])
+    output.recover(OutputHead(position=out.stat().st_size, rows=1), context(tmp_path))
+    heads: list[OutputHead] = []
+    writing = threading.Thread(target=lambda: heads.append(output.write(Batch(1, 2, None))))  # type: ignore[arg-type]
+    writing.start()
+    assert computed.wait(5), "the batch's rows waited for the state's restore"
+    assert writing.is_alive(), "the rows were compared before the state was restored"
+    release.set()
+    writing.join(30)
+    assert heads and heads[0].rows == 4  # x retracted and updated, y inserted
+    output.aborted()
     output.close()
 
 
