@@ -83,26 +83,16 @@ _DECODE = json.JSONDecoder().decode
 """json.loads without its per-call checks (given bytes, it first guesses their encoding in Python)."""
 
 
-class _RowOfLine:
+def _row_of(text: str, record: dict[str, Any], time_ms: Any, diff: Any) -> str:
     """The row a changelog line holds, as the encoder wrote it: sinks.changelog.line
     appends ``"time"`` and ``"diff"`` last to the row's JSON object. A line written any
-    other way (by hand) is encoded again. A batch's lines share their time and their
-    diffs are +1 and -1, so the few endings are built once each."""
-
-    def __init__(self) -> None:
-        self._endings: dict[tuple[Any, Any], str] = {}
-
-    def __call__(self, text: str, record: dict[str, Any], time_ms: Any, diff: Any) -> str:
-        ending = self._endings.get((time_ms, diff))
-        if ending is None:
-            ending = self._endings[(time_ms, diff)] = f',"time":{time_ms},"diff":{diff}}}'
-            if len(self._endings) > 1024:  # a replay of many batches: keep the last ones only
-                self._endings = {(time_ms, diff): ending}
-        if text.endswith(ending):
-            return text[: -len(ending)] + "}"
-        if not record:
-            return "{}"
-        return json.dumps(record, separators=(",", ":"))
+    other way (by hand) is encoded again."""
+    ending = f',"time":{time_ms},"diff":{diff}}}'
+    if text.endswith(ending):
+        return text[: -len(ending)] + "}"
+    if not record:
+        return "{}"
+    return json.dumps(record, separators=(",", ":"))
 
 
 class OutputState:
@@ -162,7 +152,6 @@ class OutputState:
         line without its time and diff), not encoded again."""
         count = 0
         folded: dict[str, str | None] = {}
-        row_of = _RowOfLine()
         columns = self._key_columns
         self.begin()
         for line in lines:
@@ -171,7 +160,7 @@ class OutputState:
             time_ms = record.pop("time", None)
             diff = record.pop("diff")
             folded[encode_key([record.get(c) for c in columns])] = (
-                row_of(text, record, time_ms, diff) if diff > 0 else None)
+                _row_of(text, record, time_ms, diff) if diff > 0 else None)
             count += 1
             if len(folded) >= _REPLAY_BLOCK:
                 self._write_folded(folded)

@@ -55,12 +55,9 @@ def test_a_committed_batch_whose_stage_is_gone_is_damage_not_a_hole(tmp_path: Pa
     assert out.read_bytes() == b"line-0\n"
 
 
-def test_a_keyed_outputs_state_is_restored_beside_the_start_and_its_first_use_waits(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The state (a snapshot download and a changelog replay) is needed only once the first
-    batch's rows are compared with it; the query starts meanwhile."""
-    out = tmp_path / "out.jsonlines"
-    out.write_bytes(b'{"a":1,"n":1,"time":1,"diff":1}\n')
+def held_restore(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Makes a keyed output's restore (a snapshot's download, a long replay) wait until the
+    returned event is set."""
     release = threading.Event()
     original = JsonLinesOutput._rebuild_state
 
@@ -69,6 +66,16 @@ def test_a_keyed_outputs_state_is_restored_beside_the_start_and_its_first_use_wa
         original(self, snapshots)
 
     monkeypatch.setattr(JsonLinesOutput, "_rebuild_state", slow_rebuild)
+    return release
+
+
+def test_a_keyed_outputs_state_is_restored_beside_the_start_and_its_first_use_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state (a snapshot download and a changelog replay) is needed only once the first
+    batch's rows are compared with it; the query starts meanwhile."""
+    out = tmp_path / "out.jsonlines"
+    out.write_bytes(b'{"a":1,"n":1,"time":1,"diff":1}\n')
+    release = held_restore(monkeypatch)
     output = JsonLinesOutput("out", str(out), ["a"])
     recovering = threading.Thread(target=output.recover,
                                   args=(OutputHead(position=out.stat().st_size, rows=1), context(tmp_path)))
@@ -94,14 +101,7 @@ def test_a_snapshot_asked_for_while_the_state_is_restored_is_put_off_not_waited_
     first batch would have waited for the lock before Spark computed any of its rows."""
     out = tmp_path / "out.jsonlines"
     out.write_bytes(b'{"a":1,"n":1,"time":1,"diff":1}\n')
-    release = threading.Event()
-    original = JsonLinesOutput._rebuild_state
-
-    def slow_rebuild(self: JsonLinesOutput, snapshots: FilesystemStorage) -> None:
-        release.wait(30)
-        original(self, snapshots)
-
-    monkeypatch.setattr(JsonLinesOutput, "_rebuild_state", slow_rebuild)
+    release = held_restore(monkeypatch)
     output = JsonLinesOutput("out", str(out), ["a"])
     head = OutputHead(position=out.stat().st_size, rows=1)
     output.recover(head, context(tmp_path))
@@ -132,18 +132,12 @@ def test_the_first_batchs_rows_are_computed_while_the_state_is_restored(
 
     out = tmp_path / "out.jsonlines"
     out.write_bytes(b'{"a":"x","n":1,"time":1,"diff":1}\n')
-    release, computed = threading.Event(), threading.Event()
-    original = JsonLinesOutput._rebuild_state
-
-    def slow_rebuild(self: JsonLinesOutput, snapshots: FilesystemStorage) -> None:
-        release.wait(30)
-        original(self, snapshots)
+    release, computed = held_restore(monkeypatch), threading.Event()
 
     def spark_job(df: object, time_ms: int, mode: str, key: object = None) -> Iterator[tuple[bytes, int]]:
         computed.set()  # the batch's one job: every chunk is ready once the first is
         yield b'["x"]\t{"a":"x","n":2}\n["y"]\t{"a":"y","n":1}\n', 2
 
-    monkeypatch.setattr(JsonLinesOutput, "_rebuild_state", slow_rebuild)
     monkeypatch.setattr(base, "chunks", spark_job)
     output = JsonLinesOutput("out", str(out), ["a"])
     output.recover(OutputHead(position=out.stat().st_size, rows=1), context(tmp_path))
