@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from bench.common import REPO, SPARK_CONF, progress, spark_app, write_results  # noqa: E402
+from bench.common import REPO, SPARK_CONF, kill_driver, progress, spark_app, write_results  # noqa: E402
 from spark_app.persistence import Backend  # noqa: E402
 from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
 
@@ -169,7 +169,7 @@ class Reader:
     def kill(self) -> None:
         assert self.process is not None
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            kill_driver(self.process)
         self.process.wait()
 
     def stop(self) -> None:

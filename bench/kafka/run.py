@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, SPARK_CONF, progress, spark_app, start_up_conf, write_results  # noqa: E402
+from bench.common import REPO, SPARK_CONF, kill_driver, progress, spark_app, start_up_conf, write_results  # noqa: E402
 from spark_app.runtime.jvm.worker_python import worker_python  # noqa: E402
 from tests.support.kafka import KafkaBroker, start_broker, stop_broker  # noqa: E402
 
@@ -198,7 +198,7 @@ def one_run(name: str, broker: KafkaBroker, folder: Path, args: argparse.Namespa
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_driver(process)
             process.wait()
     latencies.sort()
     result = {"throughput_msgs_per_s": round(throughput),

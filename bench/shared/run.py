@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, SPARK_CONF, progress, spark_app, write_results  # noqa: E402
+from bench.common import REPO, SPARK_CONF, kill_driver, progress, spark_app, write_results  # noqa: E402
 from spark_app.state.delta_log import TableLog  # noqa: E402
 from spark_app.storage import FilesystemStorage  # noqa: E402
 
@@ -111,7 +111,7 @@ class Group:
             try:
                 self.process.wait(120)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
+                kill_driver(self.process)
                 self.process.wait()
 
 

@@ -165,11 +165,11 @@ class KeyedOutput(Output):
     def _keyed_chunks(self, batch: Batch) -> Iterator[tuple[OutputState, bytes]]:
         """The batch's ``key<TAB>row`` chunks, each with the state to compare it with, in a
         transaction of the state's. Spark computes the whole batch in the job behind the
-        first chunk (one partition, for a batch past the driver's result limit, fetched a
-        partition a job), and only then is the state waited for, so that a restore under way (a
-        snapshot's download, a changelog's replay) goes on beside the batch's job instead
-        of before it: at 1M keys, a replay of 1.4M lines took 9.6 s of a restart's 22 s, and
-        the job 7 s after it."""
+        first chunk (only its first partition when a batch past the driver's result limit is
+        fetched a partition at a time), and only then is the state waited for, so that a
+        restore under way (a snapshot's download, a changelog's replay) goes on beside the
+        batch's job instead of before it: at 1M keys, a replay of 1.4M lines took 9.6 s of a
+        restart's 22 s, and the job 7 s after it."""
         assert self._state is not None
         encoded = chunks(batch.df, batch.time_ms, "keyed", self.key)
         try:
