@@ -49,7 +49,7 @@ from tests.integration.spark_app.harness import (
     read_changelog,
     write_csv,
 )
-from tests.integration.spark_app.words import expected_counts, expected_even, rows
+from tests.integration.spark_app.words import expected_counts, expected_even, rows, wait_for_files
 from tests.support.outage import Outage
 
 pytestmark = pytest.mark.spark
@@ -167,9 +167,7 @@ def test_a_frozen_stale_driver_thawed_after_compaction_writes_nothing_that_survi
     finally:
         stale.thaw()
     assert stale.wait(180) == contract.EXIT_FENCED, stale.output()[-3000:]
-    for query in ("counts_jsonlines", "even_jsonlines"):  # each query's own line: one may lag the other
-        newer.wait_for_log(rf"query {query}: committed batch \d+ \(words: {last + 1} files\)", timeout=120,
-                           pattern=True)
+    wait_for_files(newer, last + 1, timeout=120)
     newer.terminate()
     assert newer.wait() == 0, newer.output()[-3000:]
     exact(workspace, last + 1)

@@ -10,7 +10,7 @@ import pytest
 
 from spark_app import contract
 from tests.integration.spark_app.harness import Workspace, fold, read_changelog, write_csv
-from tests.integration.spark_app.words import expected_counts, rows
+from tests.integration.spark_app.words import expected_counts, rows, wait_for_files
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +36,7 @@ def test_a_higher_epoch_takes_over_and_the_lower_one_stops_without_committing(fs
     write_csv(fs_workspace.inputs, "part-1.csv", "word,n", rows(1))
     assert old.wait(120) == contract.EXIT_FENCED
     assert "superseded" in old.termination_message()
-    new.wait_for_log("words: 2 files")
+    wait_for_files(new, 2)
     new.terminate()
     assert new.wait() == 0
     assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(2))

@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from tests.integration.spark_app.harness import Driver
+
+QUERIES = ("counts_jsonlines", "even_jsonlines")
+
 
 def rows(file_number: int) -> list[str]:
     return [f"w{(file_number * 7 + i) % 5},{file_number * 10 + i}" for i in range(6)]
@@ -32,3 +36,12 @@ def expected_even(files: range) -> Counter[str]:
         for r in rows(f)
         if int(r.split(",")[1]) % 2 == 0
     )
+
+
+def wait_for_files(driver: Driver, files: int, timeout: float = 180) -> None:
+    """Until each query has committed a batch that read ``files`` files. Each query's own
+    line: one may lag the other by several batches (its first batch rides an outage after
+    the other's, say), and a stop then leaves it at its last commit."""
+    for query in QUERIES:
+        driver.wait_for_log(rf"query {query}: committed batch \d+ \(words: {files} files\)", timeout=timeout,
+                            pattern=True)
