@@ -1,5 +1,6 @@
-"""The input of the two-output test pipeline (pipelines/two_outputs.py), and what its
-outputs hold once they have read it: counts per word, and the rows with an even n."""
+"""The input of the two-output test pipeline (pipelines/two_outputs.py), what its
+outputs hold once they have read it (counts per word, and the rows with an even n), and
+how to wait until both of its queries have read a number of files."""
 
 from __future__ import annotations
 
