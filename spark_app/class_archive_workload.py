@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 import spark_app as sa
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm.session import s3a_conf
+from spark_app.runtime.jvm.conf import s3a_conf
 
 NOTHING_LISTENS = "http://127.0.0.1:9"
 """The discard port: a request to it is refused at once."""

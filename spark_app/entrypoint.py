@@ -18,11 +18,14 @@ import sys
 import tempfile
 
 from spark_app import contract
+from spark_app.runtime.jvm import launch
+from spark_app.runtime.jvm.jars import spark_home
 from spark_app.runtime.jvm.worker_python import worker_python
 
 
 def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
-    """Runs a pipeline file or module as __main__; returns the exit code it ends with."""
+    """Runs a pipeline file or module as __main__; returns the exit code it ends with. The
+    session's JVM starts first, while the pipeline's imports run (``launch.start_early``)."""
     # A crash in native code (librdkafka, Arrow) then leaves every thread's Python stack on
     # stderr, in the driver's log, instead of a bare exit code -11.
     faulthandler.enable()
@@ -30,6 +33,7 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
     sys.argv = [target, *args]
     try:
         if module:
+            launch.start_early()
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
             if not os.path.exists(target):
@@ -39,6 +43,7 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
                     message, os.environ.get(contract.TERMINATION_LOG_PATH) or contract.TERMINATION_LOG)
                 return contract.EXIT_MISCONFIGURED
             sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            launch.start_early()
             runpy.run_path(target, run_name="__main__")
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -47,10 +52,10 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
 
 def _exec_executor() -> None:
     """Starts a Spark executor the way Spark's Kubernetes entrypoint.sh does."""
-    import pyspark
-
-    spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    jars = os.path.join(spark_home, "jars", "*")
+    home = spark_home()
+    if home is None:
+        raise SystemExit("no Spark found: set SPARK_HOME, or install pyspark")
+    jars = os.path.join(home, "jars", "*")
     extra = os.environ.get(contract.JARS_DIR)
     classpath = ":".join([jars] + ([os.path.join(extra, "*")] if extra else []) +
                          ([os.environ["SPARK_EXTRA_CLASSPATH"]] if os.environ.get("SPARK_EXTRA_CLASSPATH") else []))

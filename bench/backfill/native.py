@@ -14,7 +14,8 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from bench.common import SPARK_CONF  # noqa: E402
 from spark_app.persistence import Backend  # noqa: E402
-from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
+from spark_app.runtime.jvm.conf import spark_conf  # noqa: E402
+from spark_app.runtime.jvm.session import build_session  # noqa: E402
 
 MARKER_BASE = 10**15
 

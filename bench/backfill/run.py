@@ -43,7 +43,8 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from bench.common import REPO, SPARK_CONF, kill_driver, progress, spark_app, write_results  # noqa: E402
 from spark_app.persistence import Backend  # noqa: E402
-from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
+from spark_app.runtime.jvm.conf import spark_conf  # noqa: E402
+from spark_app.runtime.jvm.session import build_session  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CASES = ("unthrottled", "limits", "kill", "native")

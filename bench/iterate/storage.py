@@ -27,7 +27,8 @@ from spark_app.persistence import Backend  # noqa: E402
 from spark_app.runtime.iterate.engine import Convergence, fingerprint  # noqa: E402
 from spark_app.runtime.iterate.node import IterateSink, IterateSpec  # noqa: E402
 from spark_app.runtime.iterate.policy import Kind  # noqa: E402
-from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
+from spark_app.runtime.jvm.conf import spark_conf  # noqa: E402
+from spark_app.runtime.jvm.session import build_session  # noqa: E402
 from spark_app.runtime.sinks.base import Batch, OutputContext  # noqa: E402
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput  # noqa: E402
 

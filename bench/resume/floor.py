@@ -11,7 +11,8 @@ from pyspark.sql import DataFrame
 
 from spark_app import contract
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.jvm.conf import spark_conf
+from spark_app.runtime.jvm.session import build_session
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--input", required=True)

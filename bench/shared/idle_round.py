@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import process_cpu_seconds, progress, write_results  # noqa: E402
 from bench.shared.optimize import write_table  # noqa: E402
 from spark_app.persistence import Backend  # noqa: E402
-from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
+from spark_app.runtime.jvm.conf import spark_conf  # noqa: E402
+from spark_app.runtime.jvm.session import build_session  # noqa: E402
 from spark_app.runtime.tables.compaction import CompactionSettings, Compactor  # noqa: E402
 from spark_app.state.tables import HoldRegistry  # noqa: E402
 from spark_app.storage import FileEntry  # noqa: E402

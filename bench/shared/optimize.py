@@ -28,7 +28,8 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from bench.common import progress, write_results  # noqa: E402
 from spark_app.persistence import Backend  # noqa: E402
-from spark_app.runtime.jvm.session import build_session, spark_conf  # noqa: E402
+from spark_app.runtime.jvm.conf import spark_conf  # noqa: E402
+from spark_app.runtime.jvm.session import build_session  # noqa: E402
 from spark_app.runtime.tables.compaction import CompactionSettings, Compactor  # noqa: E402
 from spark_app.state.tables import HoldRegistry  # noqa: E402
 

@@ -39,7 +39,7 @@ from spark_app.runtime.commit import (
     settled_queries,
 )
 from spark_app.runtime.jvm import state_stores
-from spark_app.runtime.jvm.session import spark_conf
+from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput

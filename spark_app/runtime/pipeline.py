@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,11 +22,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_app import contract
-from spark_app.persistence import Backend, Config
+from spark_app.persistence import Backend
 from spark_app.runtime import scratch
+from spark_app.runtime.jvm.conf import initial_conf
 from spark_app.runtime.jvm.json_messages import parse_in_jvm
 from spark_app.runtime.jvm.map_in_arrow import map_in_arrow
-from spark_app.runtime.jvm.session import build_session, reach_bucket, spark_conf
+from spark_app.runtime.jvm.session import build_session, reach_bucket
 from spark_app.runtime.plan import PlanFacts, analyze
 from spark_app.runtime.sinks.base import RESERVED_COLUMNS, Output, SingleSink, Sink
 from spark_app.runtime.sinks.delta import DeltaOutput
@@ -139,7 +139,7 @@ class Pipeline:
 
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = build_session(self._initial_conf(), self.environment.spark_log_level)
+            self._spark = build_session(initial_conf(self.environment), self.environment.spark_log_level)
         return self._spark
 
     def add_source(self, fmt: str, path: str, schema: str, persistent_id: str | None,
@@ -396,14 +396,6 @@ class Pipeline:
             json.dump({"snapshot": snapshot.to_json(), "dead_letter": dead_letter.to_json(), "limits": dict(limits),
                        "outage_budget_s": outage_budget_s}, handle)
         os.replace(self.context_path + ".tmp", self.context_path)
-
-    def _initial_conf(self) -> dict[str, str]:
-        """The session's configuration before ``run`` says where state lives."""
-        injected = self.environment.injected
-        if injected is not None:
-            config = Config.injected(injected)
-            return spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf)
-        return spark_conf(Backend.filesystem(tempfile.gettempdir()), 10_000, self.environment.spark_conf)
 
     def default_dead_letter(self) -> str | None:
         """Beside the first output that is a file or a folder; None if none is (Kafka

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from spark_app import contract
-from spark_app.runtime.jvm.jars import jars_dir
+from spark_app.runtime.jvm.jars import jars_dir, spark_home
 
 log = logging.getLogger("spark_app")
 
@@ -93,13 +93,13 @@ def _key(jars: str) -> str | None:
     if not java or not os.path.exists(java):
         return None
     java = os.path.realpath(java)
-    import pyspark
-
+    # Spark's version is in its jars' names, hashed below.
     parts = [java, _stat(java), _stat(os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "server",
-                                                  "libjvm.so")), pyspark.__version__]
+                                                  "libjvm.so"))]
     # What the archive holds follows the workload: a changed workload records a new one.
     parts.append(hashlib.sha256(_WORKLOAD.read_bytes()).hexdigest())
-    for folder in (os.path.join(os.path.dirname(pyspark.__file__), "jars"), jars):
+    home = spark_home()
+    for folder in ([os.path.join(home, "jars")] if home else []) + [jars]:
         parts.append(os.path.realpath(folder))
         parts.extend(f"{entry.name}:{entry.stat().st_size}" for entry in sorted(os.scandir(folder), key=lambda e: e.name)
                      if entry.name.endswith(".jar"))

@@ -40,7 +40,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.jvm.conf import spark_conf
+from spark_app.runtime.jvm.session import build_session
 
 REPO = Path(__file__).resolve().parents[3]
 

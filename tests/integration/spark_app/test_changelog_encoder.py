@@ -24,7 +24,8 @@ from pyspark.sql import functions as F
 
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm.changelog_encoder import encoded_in_jvm
-from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.jvm.conf import spark_conf
+from spark_app.runtime.jvm.session import build_session
 from spark_app.runtime.sinks.changelog import chunks, encode
 
 pytestmark = pytest.mark.spark
@@ -145,7 +146,8 @@ def test_types_the_jvm_encoder_does_not_write_go_to_the_python_encoder(spark: Sp
 FETCH_PAST_THE_RESULT_LIMIT = """
 import logging, sys
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.jvm.session import build_session
+from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.sinks.changelog import chunks
 
 logging.basicConfig(level=logging.WARNING)

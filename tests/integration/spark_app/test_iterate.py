@@ -25,7 +25,8 @@ from spark_app.runtime.iterate.engine import Convergence, fingerprint
 from spark_app.runtime.iterate.node import IterateSink, IterateSpec
 from spark_app.runtime.iterate.policy import Kind
 from spark_app.runtime.iterate.store import IterateStore, TableRef
-from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.jvm.conf import spark_conf
+from spark_app.runtime.jvm.session import build_session
 from spark_app.runtime.sinks.base import Batch, OutputContext
 from spark_app.runtime.sinks.jsonlines import JsonLinesOutput
 from spark_app.state.records import QueryHead

@@ -3,11 +3,13 @@ the Kafka connector on its class path."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -17,9 +19,10 @@ from pyspark.sql.types import StructType
 
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm import class_archive
+from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.jvm.jars import jars_dir
-from spark_app.runtime.jvm.session import build_session, spark_conf
-from tests.integration.spark_app.harness import Workspace, fold, read_changelog, write_csv
+from spark_app.runtime.jvm.session import build_session
+from tests.integration.spark_app.harness import Driver, Workspace, fold, read_changelog, write_csv
 from tests.integration.spark_app.words import expected_counts, rows
 from tests.support.kafka import KafkaBroker, Message
 
@@ -132,6 +135,61 @@ def _children(pid: int) -> list[int]:
         except FileNotFoundError:  # a thread that ended meanwhile
             pass
     return found
+
+
+_JVM_PROBE = """
+import json, sys
+from pathlib import Path
+
+def children():
+    found = []
+    for task in Path("/proc/self/task").iterdir():
+        found += [int(pid) for pid in (task / "children").read_text().split()]
+    return found
+
+def alive_jvms():
+    # The JVM keeps its launcher's pid (spark-submit and spark-class exec it); a stopped
+    # one was reaped.
+    return [pid for pid in children() if Path(f"/proc/{pid}/cmdline").read_bytes().find(b"spark") >= 0]
+
+report = {"pyspark_loaded": "pyspark" in sys.modules, "children": children()}
+if sys.argv[2] == "own-session-first":
+    from pyspark.sql import SparkSession
+    SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+from spark_app.runtime.pipeline import current
+spark = current().spark()
+report["session_jvm"] = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+report["alive_jvms"] = alive_jvms()
+Path(sys.argv[1]).write_text(json.dumps(report))
+"""
+
+
+def _probe_driver(tmp_path: Path, mode: str) -> dict[str, Any]:
+    pipeline = tmp_path / "probe.py"
+    pipeline.write_text(_JVM_PROBE)
+    report = tmp_path / "report.json"
+    driver = Driver([str(pipeline), str(report), mode], tmp_path / "driver.log").start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+    return json.loads(report.read_text())
+
+
+def test_a_driver_starts_its_jvm_before_the_pipeline_imports_pyspark_and_its_session_runs_on_it(
+        tmp_path: Path) -> None:
+    """The JVM starts while Python imports (spark_app.runtime.jvm.launch): when the pipeline
+    file begins, pyspark is not loaded and the JVM's process already runs; the session's
+    JVM is that process, and no other was started."""
+    report = _probe_driver(tmp_path, "spark_app-session")
+    assert not report["pyspark_loaded"]
+    assert report["session_jvm"] in report["children"], report
+    assert report["alive_jvms"] == [report["session_jvm"]], report
+
+
+def test_a_session_the_pipeline_starts_itself_leaves_no_second_jvm_running(tmp_path: Path) -> None:
+    """A pipeline that builds its own session first gets the JVM pyspark starts for it, with
+    its own options; the one started early is stopped when spark_app finds that session."""
+    report = _probe_driver(tmp_path, "own-session-first")
+    assert report["session_jvm"] not in report["children"], report
+    assert report["alive_jvms"] == [report["session_jvm"]], report
 
 
 def test_the_driver_jvm_maps_the_class_archive_recorded_for_its_jvm_and_jars(spark: SparkSession) -> None:

@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm.session import build_session, spark_conf
+from spark_app.runtime.jvm.conf import spark_conf
+from spark_app.runtime.jvm.session import build_session
 from spark_app.runtime.sources.backfill import START, Behind, Position
 from spark_app.runtime.sources.delta_table import BackfillError, DeltaTableRef, DeltaTableView, describe_table
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm.session import DELTA_S3_LOG_STORE, spark_conf
+from spark_app.runtime.jvm.conf import DELTA_S3_LOG_STORE, spark_conf
 
 REPO = Path(__file__).resolve().parents[3]
 

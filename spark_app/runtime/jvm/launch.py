@@ -1,0 +1,207 @@
+"""Starting a driver's JVM: what it starts with, and starting it before Python's imports.
+
+A driver's first second went to Python importing spark_app, pyspark and pyarrow before
+pyspark started the JVM on the session's first use (0.6 to 1.1 s from the process's start
+to ``spark-submit`` on the project's 2-core machine, bench/README.md). Nothing the JVM
+starts with depends on those imports: the session's first configuration follows from the
+driver's environment alone (``conf.initial_conf``). So a driver starts its JVM first
+(``start_early``, before the pipeline file runs), and the session takes it over through
+pyspark's own handover, the gateway's port and secret (``session.build_session``): the
+JVM starts while Python imports.
+
+Nothing here imports pyspark (a lint contract checks it): that would cost the very imports
+the early start overlaps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from spark_app import contract
+from spark_app.runtime import scratch
+from spark_app.runtime.jvm import class_archive
+from spark_app.runtime.jvm.conf import initial_conf
+from spark_app.runtime.jvm.jars import jars_dir, spark_home
+from spark_app.runtime.jvm.worker_python import worker_python
+
+log = logging.getLogger("spark_app")
+
+CONNECTION_INFO_ENV = "_PYSPARK_DRIVER_CONN_INFO_PATH"
+"""Where Spark's PythonGatewayServer writes its port and secret (pyspark's launch_gateway)."""
+
+
+@dataclass(frozen=True)
+class JvmLaunch:
+    """What a driver's JVM starts with."""
+
+    settings: Mapping[str, str]
+    """Every Spark setting: spark-submit's ``--conf`` pairs, and the session builder's."""
+    environment: Mapping[str, str]
+    """Variables for the JVM alone (its local folder), not for this process's other children."""
+
+
+def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
+    """The launch of a session with ``conf``; ``new_jvm`` says whether a JVM is still to start
+    (only then do its options and its own folders apply). Makes the scratch folders it names."""
+    # Spark starts its Python workers with PYSPARK_PYTHON, and looks Python data sources up
+    # with PYSPARK_DRIVER_PYTHON; see spark_app.runtime.jvm.worker_python.
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", worker_python())
+    # On the class path rather than in spark.jars: spark.jars copies every jar (the AWS SDK
+    # bundle alone is 600 MB) into a temporary folder per driver, which a killed driver
+    # leaves behind.
+    jars = jars_dir()
+    classpath = os.path.join(jars, "*")
+    settings = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath,
+                **conf,
+                # In Kubernetes execution, executors are built from the operator's pod template.
+                **contract.executor_pod_template_conf(os.environ, tempfile.gettempdir())}
+    environment: dict[str, str] = {}
+    if not new_jvm:
+        return JvmLaunch(settings, environment)
+    if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
+        # Spark's local folder (shuffle blocks, the state stores' working copies) is a
+        # scratch folder, which the next driver on this disk removes if this one is killed.
+        # Its lock stays held for the process's life; a clean exit removes it. Given to the
+        # JVM alone (Spark warns of spark.local.dir whenever it is set; processes this one
+        # starts later make their own).
+        environment["SPARK_LOCAL_DIRS"] = scratch.process_folder("spark")
+    # The JVM's temporary folder is a scratch folder too: each start writes the native
+    # libraries of RocksDB (15 MB), LZ4 and Snappy there, and Spark its artifact folders; a
+    # killed driver left them all behind (1.1 GB of RocksDB's alone in /tmp on this
+    # project's test machine after a day). A user's own java.io.tmpdir, in
+    # extraJavaOptions, comes later on the command line and wins.
+    jvm_tmp = scratch.process_folder("jvm")
+    # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
+    own = settings.get("spark.driver.defaultJavaOptions", "")
+    settings["spark.driver.defaultJavaOptions"] = " ".join(
+        filter(None, (class_archive.java_options(jars), f"-Djava.io.tmpdir={jvm_tmp}", own)))
+    return JvmLaunch(settings, environment)
+
+
+def submit_command(home: str, settings: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
+    """The command pyspark's launch_gateway runs for a session with ``settings``."""
+    command = [os.path.join(home, "bin", "spark-submit")]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    submit_args = environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    if environ.get("SPARK_TESTING"):
+        submit_args = "--conf spark.ui.enabled=false " + submit_args
+    return command + shlex.split(submit_args)
+
+
+def read_connection_info(data: bytes) -> tuple[int, str]:
+    """The gateway's port and secret as PythonGatewayServer writes them: two big-endian
+    ints (the port, the secret's length) and the secret in UTF-8."""
+    port, length = struct.unpack(">ii", data[:8])
+    secret = data[8:8 + length]
+    if len(secret) != length:
+        raise ValueError(f"a gateway's connection info of {len(data)} bytes is cut short")
+    return port, secret.decode()
+
+
+class EarlyJvm:
+    """A driver JVM started before the session that is to run on it."""
+
+    def __init__(self, conf: Mapping[str, str], launch: JvmLaunch, process: subprocess.Popen[bytes],
+                 info_folder: str) -> None:
+        self.conf = dict(conf)
+        """The configuration it was started for; a session with any other does not take it."""
+        self.launch = launch
+        self.process = process
+        self._info_folder = info_folder
+
+    @classmethod
+    def start(cls, conf: Mapping[str, str], launch: JvmLaunch, home: str) -> EarlyJvm:
+        folder = scratch.process_folder("gateway")
+        env = {**os.environ, **launch.environment, "SPARK_CONNECT_MODE": "0",
+               CONNECTION_INFO_ENV: os.path.join(folder, "connection.info")}
+        # As pyspark starts it: its stdin is a pipe from this process, and the JVM exits when
+        # the pipe closes, that is when this process ends, however it ends; and a Ctrl-C at
+        # a terminal is this process's to handle, not the JVM's.
+        process = subprocess.Popen(submit_command(home, launch.settings, os.environ), stdin=subprocess.PIPE,
+                                   env=env, preexec_fn=_ignore_interrupts)  # noqa: PLW1509 - before any thread
+        return cls(conf, launch, process, folder)
+
+    def connection(self) -> tuple[int, str] | None:
+        """Waits until the JVM's gateway listens: its port and secret; None if the JVM ended."""
+        path = os.path.join(self._info_folder, "connection.info")
+        # The JVM renames the file into place once written, so a file found is complete.
+        while not os.path.isfile(path):
+            if self.process.poll() is not None:
+                return None
+            time.sleep(0.01)
+        with open(path, "rb") as handle:
+            info = read_connection_info(handle.read())
+        shutil.rmtree(self._info_folder, ignore_errors=True)
+        return info
+
+    def stop(self) -> None:
+        """Ends the JVM (a session that does not run on it must not leave it running)."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self._info_folder, ignore_errors=True)
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_early: EarlyJvm | None = None
+
+
+def start_early(environ: Mapping[str, str] | None = None) -> EarlyJvm | None:
+    """Starts the driver's JVM for the session its environment describes, unless pyspark is
+    already imported (that process has its own rules: a test's, a session of its own).
+    Whatever stops it (a malformed environment, no jars) is left for the session to report."""
+    global _early
+    if _early is not None or "pyspark" in sys.modules:
+        return _early
+    environ = os.environ if environ is None else environ
+    try:
+        home = spark_home(environ)
+        if home is None:
+            return None
+        conf = initial_conf(contract.DriverEnvironment.from_env(environ))
+        _early = EarlyJvm.start(conf, prepare(conf, new_jvm=True), home)
+    except Exception as error:  # noqa: BLE001 - the session starts its JVM itself, and reports the error
+        log.info("the JVM starts with the session instead: %s", error)
+    return _early
+
+
+def take(conf: Mapping[str, str]) -> EarlyJvm | None:
+    """The JVM started early, if it was started for ``conf``; one started for any other is
+    stopped, since its options (class path, memory, Java options) are fixed at its start."""
+    global _early
+    early, _early = _early, None
+    if early is not None and early.conf != dict(conf):
+        log.info("the session's configuration differs from the driver environment's: the JVM started "
+                 "for it is stopped, another starts")
+        early.stop()
+        return None
+    return early
+
+
+def discard() -> None:
+    """Stops a JVM started early that no session will take (one already runs)."""
+    global _early
+    early, _early = _early, None
+    if early is not None:
+        early.stop()

@@ -1,0 +1,120 @@
+"""How a driver's JVM is started, as spark_app.runtime.jvm.launch does it (no Spark started:
+a ``sleep`` stands in for the JVM where a process is needed)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_app.runtime.jvm import launch
+from spark_app.runtime.jvm.jars import spark_home
+
+
+@pytest.fixture
+def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    (folder / "extra.jar").write_bytes(b"")
+    monkeypatch.setenv("SPARK_APP_JARS_DIR", str(folder))
+    monkeypatch.setenv("SPARK_APP_CLASS_ARCHIVES", str(tmp_path / "archives"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    return folder
+
+
+@pytest.fixture
+def no_early_jvm(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(launch, "_early", None)
+    yield
+    launch.discard()
+
+
+def test_spark_is_found_where_pyspark_finds_it_without_importing_pyspark(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.find_spark_home import _find_spark_home
+
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    assert spark_home() == _find_spark_home()
+    assert spark_home({"SPARK_HOME": "/opt/spark"}) == "/opt/spark"
+
+
+def test_spark_submit_gets_every_setting_as_pyspark_would_pass_it() -> None:
+    command = launch.submit_command("/spark", {"spark.master": "local[2]", "spark.app.name": "a b"}, {})
+    assert command == ["/spark/bin/spark-submit", "--conf", "spark.master=local[2]", "--conf", "spark.app.name=a b",
+                       "pyspark-shell"]
+
+
+def test_spark_submit_takes_pysparks_own_submit_arguments() -> None:
+    environ = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 2g pyspark-shell", "SPARK_TESTING": "1"}
+    assert launch.submit_command("/spark", {}, environ)[1:] == [
+        "--conf", "spark.ui.enabled=false", "--driver-memory", "2g", "pyspark-shell"]
+
+
+def test_the_gateways_connection_info_is_read_as_the_jvm_writes_it() -> None:
+    secret = "s3cr\u00e9t".encode()
+    assert launch.read_connection_info(struct.pack(">ii", 40123, len(secret)) + secret) == (40123, "s3cr\u00e9t")
+    with pytest.raises(ValueError, match="cut short"):
+        launch.read_connection_info(struct.pack(">ii", 40123, 10) + b"abc")
+
+
+def test_a_new_jvm_gets_its_own_folders_and_java_options_ahead_of_the_users(jars: Path) -> None:
+    prepared = launch.prepare({"spark.driver.defaultJavaOptions": "-Dmine=1", "spark.master": "local[1]"}, new_jvm=True)
+    options = prepared.settings["spark.driver.defaultJavaOptions"].split()
+    assert options[-1] == "-Dmine=1" and options[0].startswith("-Djava.io.tmpdir=")
+    assert Path(options[0].removeprefix("-Djava.io.tmpdir=")).is_dir()
+    assert prepared.settings["spark.driver.extraClassPath"] == f"{jars}/*"
+    assert Path(prepared.environment["SPARK_LOCAL_DIRS"]).is_dir()
+
+
+def test_a_session_on_a_running_jvm_gets_no_jvm_options_or_folders(jars: Path) -> None:
+    prepared = launch.prepare({"spark.master": "local[1]"}, new_jvm=False)
+    assert "spark.driver.defaultJavaOptions" not in prepared.settings
+    assert prepared.environment == {}
+
+
+def test_a_configured_local_folder_is_left_to_spark(jars: Path) -> None:
+    assert "SPARK_LOCAL_DIRS" not in launch.prepare({"spark.local.dir": "/data"}, new_jvm=True).environment
+
+
+def _stand_in(conf: dict[str, str], tmp_path: Path) -> launch.EarlyJvm:
+    process = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE)
+    return launch.EarlyJvm(conf, launch.JvmLaunch(conf, {}), process, str(tmp_path))
+
+
+def test_the_session_takes_the_jvm_started_for_its_configuration(tmp_path: Path, no_early_jvm: None) -> None:
+    early = launch._early = _stand_in({"spark.master": "local[2]"}, tmp_path)
+    assert launch.take({"spark.master": "local[2]"}) is early
+    assert early.process.poll() is None
+    assert launch.take({"spark.master": "local[2]"}) is None, "taken once"
+    early.stop()
+
+
+def test_a_jvm_started_for_another_configuration_is_stopped(tmp_path: Path, no_early_jvm: None) -> None:
+    early = launch._early = _stand_in({"spark.master": "local[2]"}, tmp_path)
+    assert launch.take({"spark.master": "local[2]", "spark.driver.memory": "4g"}) is None
+    assert early.process.poll() is not None
+
+
+def test_a_jvm_no_session_takes_is_stopped(tmp_path: Path, no_early_jvm: None) -> None:
+    early = launch._early = _stand_in({}, tmp_path)
+    launch.discard()
+    assert early.process.poll() is not None and launch._early is None
+
+
+def test_a_jvm_that_ended_gives_no_connection(tmp_path: Path) -> None:
+    process = subprocess.Popen(["true"], stdin=subprocess.PIPE)
+    early = launch.EarlyJvm({}, launch.JvmLaunch({}, {}), process, str(tmp_path))
+    assert early.connection() is None
+
+
+def test_nothing_starts_early_in_a_process_that_imported_pyspark(no_early_jvm: None,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyspark  # noqa: F401 - the condition under test
+
+    started: list[object] = []
+    monkeypatch.setattr(launch.EarlyJvm, "start", lambda *args: started.append(args))
+    assert launch.start_early({}) is None
+    assert started == []
