@@ -6,13 +6,19 @@ no persistence. A resumed driver cannot show its first new row sooner than this.
 import argparse
 import json
 import os
+import sys
+from pathlib import Path
 
-from pyspark.sql import DataFrame
+# The checkout this script is in, not whichever spark_app is installed: a benchmark run from
+# an older checkout measures that checkout's code (Python puts the script's folder first).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from spark_app import contract
-from spark_app.persistence import Backend
-from spark_app.runtime.jvm.conf import spark_conf
-from spark_app.runtime.jvm.session import build_session
+from pyspark.sql import DataFrame  # noqa: E402
+
+from spark_app import contract  # noqa: E402
+from spark_app.persistence import Backend  # noqa: E402
+from spark_app.runtime.jvm.conf import spark_conf  # noqa: E402
+from spark_app.runtime.jvm.session import build_session  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--input", required=True)
