@@ -115,36 +115,35 @@ class EarlyJvm:
     """A driver JVM started before the session that is to run on it."""
 
     def __init__(self, conf: Mapping[str, str], launch: JvmLaunch, process: subprocess.Popen[bytes],
-                 info_folder: str) -> None:
+                 info_path: str) -> None:
         self.conf = dict(conf)
         """The configuration it was started for; a session with any other does not take it."""
         self.launch = launch
         self.process = process
-        self._info_folder = info_folder
+        self._info_path = info_path
+        """Where the JVM writes its gateway's port and secret, alone in a scratch folder."""
 
     @classmethod
     def start(cls, conf: Mapping[str, str], launch: JvmLaunch, home: str) -> EarlyJvm:
-        folder = scratch.process_folder("gateway")
-        env = {**os.environ, **launch.environment, "SPARK_CONNECT_MODE": "0",
-               CONNECTION_INFO_ENV: os.path.join(folder, "connection.info")}
+        info_path = os.path.join(scratch.process_folder("gateway"), "connection.info")
+        env = {**os.environ, **launch.environment, "SPARK_CONNECT_MODE": "0", CONNECTION_INFO_ENV: info_path}
         # As pyspark starts it: its stdin is a pipe from this process, and the JVM exits when
         # the pipe closes, that is when this process ends, however it ends; and a Ctrl-C at
         # a terminal is this process's to handle, not the JVM's.
         process = subprocess.Popen(submit_command(home, launch.settings, os.environ), stdin=subprocess.PIPE,
                                    env=env, preexec_fn=_ignore_interrupts)  # noqa: PLW1509 - before any thread
-        return cls(conf, launch, process, folder)
+        return cls(conf, launch, process, info_path)
 
     def connection(self) -> tuple[int, str] | None:
         """Waits until the JVM's gateway listens: its port and secret; None if the JVM ended."""
-        path = os.path.join(self._info_folder, "connection.info")
         # The JVM renames the file into place once written, so a file found is complete.
-        while not os.path.isfile(path):
+        while not os.path.isfile(self._info_path):
             if self.process.poll() is not None:
                 return None
             time.sleep(0.01)
-        with open(path, "rb") as handle:
+        with open(self._info_path, "rb") as handle:
             info = read_connection_info(handle.read())
-        shutil.rmtree(self._info_folder, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(self._info_path), ignore_errors=True)
         return info
 
     def stop(self) -> None:
@@ -157,7 +156,7 @@ class EarlyJvm:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        shutil.rmtree(self._info_folder, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(self._info_path), ignore_errors=True)
 
 
 def _ignore_interrupts() -> None:
@@ -167,19 +166,18 @@ def _ignore_interrupts() -> None:
 _early: EarlyJvm | None = None
 
 
-def start_early(environ: Mapping[str, str] | None = None) -> EarlyJvm | None:
+def start_early() -> EarlyJvm | None:
     """Starts the driver's JVM for the session its environment describes, unless pyspark is
     already imported (that process has its own rules: a test's, a session of its own).
     Whatever stops it (a malformed environment, no jars) is left for the session to report."""
     global _early
     if _early is not None or "pyspark" in sys.modules:
         return _early
-    environ = os.environ if environ is None else environ
     try:
-        home = spark_home(environ)
+        home = spark_home()
         if home is None:
             return None
-        conf = initial_conf(contract.DriverEnvironment.from_env(environ))
+        conf = initial_conf(contract.DriverEnvironment.from_env(os.environ))
         _early = EarlyJvm.start(conf, prepare(conf, new_jvm=True), home)
     except Exception as error:  # noqa: BLE001 - the session starts its JVM itself, and reports the error
         log.info("the JVM starts with the session instead: %s", error)

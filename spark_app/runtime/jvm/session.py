@@ -51,9 +51,11 @@ def build_session(conf: Mapping[str, str], log_level: str = "WARN") -> SparkSess
     started early for it (``launch.start_early``) if there is one."""
     _convert_numpy_without_pandas()
     new_jvm = SparkContext._gateway is None  # pyspark keeps its JVM for the process's life
-    early = launch.take(conf) if new_jvm else None
-    if not new_jvm:
-        launch.discard()  # a session of the pipeline's own started another JVM
+    early = None
+    if new_jvm:
+        early = launch.take(conf)
+    else:  # a session of the pipeline's own started a JVM: the early one is not needed
+        launch.discard()
     jvm_launch = early.launch if early is not None else launch.prepare(conf, new_jvm)
     builder = SparkSession.builder
     for key, value in jvm_launch.settings.items():

@@ -81,7 +81,7 @@ def test_a_configured_local_folder_is_left_to_spark(jars: Path) -> None:
 
 def _stand_in(conf: dict[str, str], tmp_path: Path) -> launch.EarlyJvm:
     process = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE)
-    return launch.EarlyJvm(conf, launch.JvmLaunch(conf, {}), process, str(tmp_path))
+    return launch.EarlyJvm(conf, launch.JvmLaunch(conf, {}), process, str(tmp_path / "connection.info"))
 
 
 def test_the_session_takes_the_jvm_started_for_its_configuration(tmp_path: Path, no_early_jvm: None) -> None:
@@ -106,7 +106,7 @@ def test_a_jvm_no_session_takes_is_stopped(tmp_path: Path, no_early_jvm: None) -
 
 def test_a_jvm_that_ended_gives_no_connection(tmp_path: Path) -> None:
     process = subprocess.Popen(["true"], stdin=subprocess.PIPE)
-    early = launch.EarlyJvm({}, launch.JvmLaunch({}, {}), process, str(tmp_path))
+    early = launch.EarlyJvm({}, launch.JvmLaunch({}, {}), process, str(tmp_path / "connection.info"))
     assert early.connection() is None
 
 
@@ -116,5 +116,5 @@ def test_nothing_starts_early_in_a_process_that_imported_pyspark(no_early_jvm: N
 
     started: list[object] = []
     monkeypatch.setattr(launch.EarlyJvm, "start", lambda *args: started.append(args))
-    assert launch.start_early({}) is None
+    assert launch.start_early() is None
     assert started == []
