@@ -22,14 +22,16 @@ SPARK_CONF = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.dr
 
 def start_up_conf() -> dict[str, str]:
     """What spark_app's session adds for itself, for a baseline driver to get the same: the
-    jars folder (Delta, hadoop-aws, the Kafka connector) on the class path, and the JVM's
-    recorded class archive (empty when none is recorded)."""
+    jars folder (Delta, hadoop-aws, the Kafka connector) on the class path, the JVM's
+    recorded class archive (empty when none is recorded) and RocksDB's unpacked library."""
     from spark_app.runtime.jvm import class_archive
     from spark_app.runtime.jvm.jars import jars_dir
 
     jars = jars_dir()
+    libraries = class_archive.library_path(jars)
     return {"spark.driver.extraClassPath": os.path.join(jars, "*"),
-            "spark.driver.defaultJavaOptions": class_archive.java_options(jars)}
+            "spark.driver.defaultJavaOptions": class_archive.java_options(jars),
+            **({"spark.driver.extraLibraryPath": libraries} if libraries else {})}
 
 
 def baseline_session(app_name: str) -> Any:

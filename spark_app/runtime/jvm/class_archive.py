@@ -12,7 +12,8 @@ and jars it was recorded with: its file name is a hash of both.
 
 ``make setup`` records the archive once per machine, into the user-level cache; run
 ``python -m spark_app.runtime.jvm.class_archive`` to record one elsewhere (the folder comes
-from $SPARK_APP_CLASS_ARCHIVES).
+from $SPARK_APP_CLASS_ARCHIVES). The same step unpacks RocksDB's native library beside it
+(``native_library``), for the same JVM and jars.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from spark_app import contract
+from spark_app.runtime.jvm import native_library
 from spark_app.runtime.jvm.jars import jars_dir, spark_home
 
 log = logging.getLogger("spark_app")
@@ -55,6 +57,16 @@ def java_options(jars: str) -> str:
         return ""
     # auto: should the archive fail to map, the JVM loads its classes as usual.
     return f"-XX:SharedArchiveFile={path} -Xshare:auto"
+
+
+def library_path(jars: str) -> str | None:
+    """The folder of native libraries unpacked for this JVM and these jars, or None."""
+    path = archive_path(jars)
+    return None if path is None else native_library.library_path(_native_folder(path))
+
+
+def _native_folder(archive: Path) -> Path:
+    return archive.with_suffix(".native")
 
 
 def create(target: Path) -> Path | None:
@@ -120,6 +132,10 @@ def main() -> int:
     if target is None:
         log.warning("no java found (JAVA_HOME or PATH): no class archive recorded")
         return 0
+    home = spark_home()
+    library = native_library.unpack(_native_folder(target), ([os.path.join(home, "jars")] if home else []) + [jars_dir()])
+    if library is not None:
+        print(f">>> RocksDB's native library ready: {library}")
     if target.is_file():
         print(f">>> class archive ready: {target}")
         return 0

@@ -87,6 +87,11 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     own = settings.get("spark.driver.defaultJavaOptions", "")
     settings["spark.driver.defaultJavaOptions"] = " ".join(
         filter(None, (class_archive.java_options(jars), f"-Djava.io.tmpdir={jvm_tmp}", own)))
+    # RocksDB's library from the folder unpacked once (native_library), ahead of the user's.
+    libraries = class_archive.library_path(jars)
+    if libraries is not None:
+        theirs = settings.get("spark.driver.extraLibraryPath")
+        settings["spark.driver.extraLibraryPath"] = os.pathsep.join(filter(None, (libraries, theirs)))
     return JvmLaunch(settings, environment)
 
 

@@ -207,6 +207,17 @@ def test_the_driver_jvm_maps_the_class_archive_recorded_for_its_jvm_and_jars(spa
     assert check.returncode == 0, check.stderr
 
 
+def test_the_driver_jvm_loads_rocksdbs_library_from_the_folder_unpacked_once(spark: SparkSession) -> None:
+    folder = class_archive.library_path(jars_dir())
+    assert folder is not None, "RocksDB's library is not unpacked for this JVM and jars: run `make setup`"
+    jvm = spark.sparkContext._jvm
+    jvm.org.rocksdb.RocksDB.loadLibrary()  # as a state store's first load does
+    maps = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/maps").read_text()
+    loaded = {line.split()[-1] for line in maps.splitlines() if "librocksdbjni" in line}
+    # Not a copy in the JVM's temporary folder.
+    assert loaded and {os.path.dirname(path) for path in loaded} == {os.path.realpath(folder)}, loaded
+
+
 @pytest.mark.kafka
 def test_the_session_reads_a_kafka_topic_with_the_connector_on_its_class_path(
     spark: SparkSession, kafka_broker: KafkaBroker, tmp_path: Path

@@ -1,12 +1,14 @@
-"""Which class archive a driver maps: only one recorded for its exact JVM and jars."""
+"""Which class archive a driver maps (only one recorded for its exact JVM and jars), and the
+native library unpacked beside it."""
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from spark_app.runtime.jvm import class_archive
+from spark_app.runtime.jvm import class_archive, native_library
 
 
 @pytest.fixture
@@ -49,3 +51,49 @@ def test_no_java_no_archive(jars: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("JAVA_HOME", "/nonexistent")
     assert class_archive.archive_path(str(jars)) is None
     assert class_archive.java_options(str(jars)) == ""
+
+
+# RocksDB's native library, unpacked beside the archive (spark_app.runtime.jvm.native_library).
+
+def test_rocksdb_is_looked_up_under_its_jars_name_for_the_platform() -> None:
+    assert native_library.rocksdb_library_name("Linux", "x86_64", musl=False) == "librocksdbjni-linux64.so"
+    assert native_library.rocksdb_library_name("Linux", "aarch64", musl=True) == "librocksdbjni-linux-aarch64-musl.so"
+    # The JDK maps a library's name to another file name on macOS and Windows than the jar's.
+    assert native_library.rocksdb_library_name("Darwin", "arm64", musl=False) is None
+    assert native_library.rocksdb_library_name("Linux", "sparc", musl=False) is None
+
+
+@pytest.fixture
+def linux64(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(native_library, "_this_platforms_name", lambda: "librocksdbjni-linux64.so")
+    return "librocksdbjni-linux64.so"
+
+
+def _rocksdb_jar(folder: Path, members: dict[str, bytes]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / "rocksdbjni-9.8.4.jar", "w") as jar:
+        for name, data in members.items():
+            jar.writestr(name, data)
+    return folder
+
+
+def test_the_library_is_unpacked_once_and_then_named_as_the_jvms_library_path(
+        jars: Path, tmp_path: Path, linux64: str) -> None:
+    spark_jars = _rocksdb_jar(tmp_path / "spark-jars", {linux64: b"\x7fELF linux64", "librocksdbjni-win64.dll": b"w"})
+    archive = class_archive.archive_path(str(jars))
+    assert archive is not None
+    assert class_archive.library_path(str(jars)) is None  # nothing unpacked yet: RocksDB copies its own out
+    folder = archive.with_suffix(".native")
+    unpacked = native_library.unpack(folder, [str(jars), str(spark_jars)])
+    assert unpacked == folder / linux64 and unpacked.read_bytes() == b"\x7fELF linux64"
+    assert sorted(p.name for p in folder.iterdir()) == [linux64]  # no other platform's, no partial copy
+    assert class_archive.library_path(str(jars)) == str(folder)
+    unpacked.write_bytes(b"kept")
+    assert native_library.unpack(folder, [str(spark_jars)]) == unpacked and unpacked.read_bytes() == b"kept"
+
+
+def test_nothing_is_unpacked_without_rocksdbs_jar_or_this_platforms_library(tmp_path: Path, linux64: str) -> None:
+    assert native_library.unpack(tmp_path / "native", [str(tmp_path)]) is None
+    other = _rocksdb_jar(tmp_path / "jars", {"librocksdbjni-osx-arm64.jnilib": b"m"})
+    assert native_library.unpack(tmp_path / "native", [str(other)]) is None
+    assert not (tmp_path / "native").exists()

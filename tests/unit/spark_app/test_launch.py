@@ -118,3 +118,15 @@ def test_nothing_starts_early_in_a_process_that_imported_pyspark(no_early_jvm: N
     monkeypatch.setattr(launch.EarlyJvm, "start", lambda *args: started.append(args))
     assert launch.start_early() is None
     assert started == []
+
+
+def test_rocksdbs_unpacked_library_goes_ahead_of_the_users_library_path(jars: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_app.runtime.jvm import class_archive
+
+    monkeypatch.setattr(class_archive, "library_path", lambda _: str(tmp_path / "native"))
+    prepared = launch.prepare({"spark.driver.extraLibraryPath": "/opt/mine"}, new_jvm=True)
+    assert prepared.settings["spark.driver.extraLibraryPath"] == f"{tmp_path}/native:/opt/mine"
+    assert "spark.driver.extraLibraryPath" not in launch.prepare({}, new_jvm=False).settings
+    monkeypatch.setattr(class_archive, "library_path", lambda _: None)
+    assert "spark.driver.extraLibraryPath" not in launch.prepare({}, new_jvm=True).settings
