@@ -57,7 +57,7 @@ bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd and helm i
 	@tools/build-go-tools.sh
 
 .PHONY: class-archive
-class-archive: venv jars ## Record the driver JVM's class archive (drivers start about 5 s sooner), once per JVM and jar set.
+class-archive: venv jars ## Record the driver JVM's class archive (drivers start about 5 s sooner) and unpack RocksDB's native library beside it, once per JVM and jar set.
 	@SPARK_APP_CLASS_ARCHIVES=$(PP_CACHE)/class-archives $(PY) -m spark_app.runtime.jvm.class_archive
 	@ln -sfn $(PP_CACHE)/class-archives .cache/class-archives
 

@@ -78,9 +78,9 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
         # starts later make their own).
         environment["SPARK_LOCAL_DIRS"] = scratch.process_folder("spark")
     # The JVM's temporary folder is a scratch folder too: each start writes the native
-    # libraries of RocksDB (15 MB), LZ4 and Snappy there, and Spark its artifact folders; a
-    # killed driver left them all behind (1.1 GB of RocksDB's alone in /tmp on this
-    # project's test machine after a day). A user's own java.io.tmpdir, in
+    # libraries of LZ4, Snappy and (unless it was unpacked once: native_library) RocksDB's
+    # 15 MB there, and Spark its artifact folders; a killed driver left them all behind
+    # (1.1 GB of RocksDB's alone in /tmp on this project's test machine after a day). A user's own java.io.tmpdir, in
     # extraJavaOptions, comes later on the command line and wins.
     jvm_tmp = scratch.process_folder("jvm")
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
