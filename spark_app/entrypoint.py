@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from spark_app import contract
+from spark_app.runtime import reporting
 from spark_app.runtime.jvm import launch
 from spark_app.runtime.jvm.jars import spark_home
 from spark_app.runtime.jvm.worker_python import worker_python
@@ -33,7 +34,7 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
     sys.argv = [target, *args]
     try:
         if module:
-            launch.start_early()
+            _start_early()
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
             if not os.path.exists(target):
@@ -43,11 +44,18 @@ def run_pipeline(target: str, args: list[str], module: bool = False) -> int:
                     message, os.environ.get(contract.TERMINATION_LOG_PATH) or contract.TERMINATION_LOG)
                 return contract.EXIT_MISCONFIGURED
             sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            launch.start_early()
+            _start_early()
             runpy.run_path(target, run_name="__main__")
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     return contract.EXIT_OK
+
+
+def _start_early() -> None:
+    """What a driver can start before its pipeline runs: the JVM, then (in a pod) the import of
+    the Kubernetes client it reports with, which the JVM's start leaves time for."""
+    launch.start_early()
+    reporting.import_client_early()
 
 
 def _exec_executor() -> None:

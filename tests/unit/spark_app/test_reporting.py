@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -54,3 +57,27 @@ def test_a_failing_api_server_is_warned_about_once_and_retried_at_the_next_chang
     reporter.report(report(2))
     reporter.close()
     assert 2 <= len(calls) <= 3
+
+
+def _modules_after_early_import(env: dict[str, str]) -> dict[str, bool]:
+    """In a new interpreter: whether the early import ran in a thread, and what it imported."""
+    probe = (
+        "import json, sys\n"
+        "from spark_app.runtime import reporting\n"
+        "before = 'kubernetes.client' in sys.modules\n"
+        "thread = reporting.import_client_early()\n"
+        "thread is not None and thread.join(60)\n"
+        "print(json.dumps({'before': before, 'thread': thread is not None,\n"
+        "                  'after': 'kubernetes.client' in sys.modules}))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in (contract.POD_NAME, contract.POD_NAMESPACE)}
+    result = subprocess.run([sys.executable, "-c", probe], env={**environ, **env}, capture_output=True,
+                            text=True, check=True)
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_driver_in_a_pod_imports_the_kubernetes_client_while_its_jvm_starts() -> None:
+    in_pod = _modules_after_early_import({contract.POD_NAME: "words-driver-1", contract.POD_NAMESPACE: "data"})
+    assert in_pod == {"before": False, "thread": True, "after": True}
+    # Outside Kubernetes there is nothing to report to: nothing is imported.
+    assert _modules_after_early_import({}) == {"before": False, "thread": False, "after": False}
