@@ -132,8 +132,9 @@ def main() -> int:
     if target is None:
         log.warning("no java found (JAVA_HOME or PATH): no class archive recorded")
         return 0
+    # The driver's class path: the jars folder (extraClassPath) ahead of Spark's own.
     home = spark_home()
-    library = native_library.unpack(_native_folder(target), ([os.path.join(home, "jars")] if home else []) + [jars_dir()])
+    library = native_library.unpack(_native_folder(target), [jars_dir()] + ([os.path.join(home, "jars")] if home else []))
     if library is not None:
         print(f">>> RocksDB's native library ready: {library}")
     if target.is_file():

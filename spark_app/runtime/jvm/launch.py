@@ -80,8 +80,8 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     # The JVM's temporary folder is a scratch folder too: each start writes the native
     # libraries of LZ4, Snappy and (unless it was unpacked once: native_library) RocksDB's
     # 15 MB there, and Spark its artifact folders; a killed driver left them all behind
-    # (1.1 GB of RocksDB's alone in /tmp on this project's test machine after a day). A user's own java.io.tmpdir, in
-    # extraJavaOptions, comes later on the command line and wins.
+    # (1.1 GB of RocksDB's alone in /tmp on this project's test machine after a day). A
+    # user's own java.io.tmpdir, in extraJavaOptions, comes later on the command line and wins.
     jvm_tmp = scratch.process_folder("jvm")
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
     own = settings.get("spark.driver.defaultJavaOptions", "")

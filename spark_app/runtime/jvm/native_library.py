@@ -50,12 +50,13 @@ def library_path(folder: Path) -> str | None:
 
 
 def unpack(folder: Path, jar_folders: list[str]) -> Path | None:
-    """Copies this platform's library out of RocksDB's jar (the first found in
-    ``jar_folders``) into ``folder``, unless it is there; returns the file, or None when there
-    is no jar or no library for this platform in it. A partial copy is never seen under the
-    library's name (written aside, then renamed)."""
+    """Copies this platform's library out of RocksDB's jar into ``folder``, unless it is
+    there; returns the file, or None when there is no jar or no library for this platform in
+    it. The jar is the first in ``jar_folders``, given in the order of the driver's class
+    path, so that the library matches the binding the JVM loads. A partial copy is never seen
+    under the library's name (written aside, then renamed)."""
     name = _this_platforms_name()
-    jars = sorted(path for f in jar_folders for path in glob.glob(os.path.join(f, ROCKSDB_JAR)))
+    jars = [path for f in jar_folders for path in sorted(glob.glob(os.path.join(f, ROCKSDB_JAR)))]
     if name is None or not jars:
         return None
     target = folder / name

@@ -97,3 +97,10 @@ def test_nothing_is_unpacked_without_rocksdbs_jar_or_this_platforms_library(tmp_
     other = _rocksdb_jar(tmp_path / "jars", {"librocksdbjni-osx-arm64.jnilib": b"m"})
     assert native_library.unpack(tmp_path / "native", [str(other)]) is None
     assert not (tmp_path / "native").exists()
+
+
+def test_the_library_comes_from_the_binding_first_on_the_class_path(tmp_path: Path, linux64: str) -> None:
+    ours = _rocksdb_jar(tmp_path / "user-jars", {linux64: b"ours"})  # sorts after Spark's folder
+    sparks = _rocksdb_jar(tmp_path / "spark-jars", {linux64: b"spark's"})
+    unpacked = native_library.unpack(tmp_path / "native", [str(ours), str(sparks)])
+    assert unpacked is not None and unpacked.read_bytes() == b"ours"
