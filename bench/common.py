@@ -28,9 +28,10 @@ def start_up_conf() -> dict[str, str]:
     from spark_app.runtime.jvm.jars import jars_dir
 
     jars = jars_dir()
-    libraries = class_archive.library_path(jars)
+    archive = class_archive.archive_path(jars)
+    libraries = class_archive.library_path(archive)
     return {"spark.driver.extraClassPath": os.path.join(jars, "*"),
-            "spark.driver.defaultJavaOptions": class_archive.java_options(jars),
+            "spark.driver.defaultJavaOptions": class_archive.java_options(archive),
             **({"spark.driver.extraLibraryPath": libraries} if libraries else {})}
 
 

@@ -50,19 +50,18 @@ def archive_path(jars: str, folder: Path | None = None) -> Path | None:
     return None if key is None else (folder or archives_folder()) / f"{key}.jsa"
 
 
-def java_options(jars: str) -> str:
-    """The JVM options that map this driver's archive, or "" if none was recorded."""
-    path = archive_path(jars)
-    if path is None or not path.is_file():
+def java_options(archive: Path | None) -> str:
+    """The JVM options that map ``archive`` (from ``archive_path``), or "" if it was not recorded."""
+    if archive is None or not archive.is_file():
         return ""
     # auto: should the archive fail to map, the JVM loads its classes as usual.
-    return f"-XX:SharedArchiveFile={path} -Xshare:auto"
+    return f"-XX:SharedArchiveFile={archive} -Xshare:auto"
 
 
-def library_path(jars: str) -> str | None:
-    """The folder of native libraries unpacked for this JVM and these jars, or None."""
-    path = archive_path(jars)
-    return None if path is None else native_library.library_path(_native_folder(path))
+def library_path(archive: Path | None) -> str | None:
+    """The folder of native libraries unpacked beside ``archive`` (from ``archive_path``:
+    the same JVM and jars), or None."""
+    return None if archive is None else native_library.library_path(_native_folder(archive))
 
 
 def _native_folder(archive: Path) -> Path:

@@ -85,10 +85,11 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     jvm_tmp = scratch.process_folder("jvm")
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
     own = settings.get("spark.driver.defaultJavaOptions", "")
+    archive = class_archive.archive_path(jars)  # a hash of the JVM and the jars: once
     settings["spark.driver.defaultJavaOptions"] = " ".join(
-        filter(None, (class_archive.java_options(jars), f"-Djava.io.tmpdir={jvm_tmp}", own)))
+        filter(None, (class_archive.java_options(archive), f"-Djava.io.tmpdir={jvm_tmp}", own)))
     # RocksDB's library from the folder unpacked once (native_library), ahead of the user's.
-    libraries = class_archive.library_path(jars)
+    libraries = class_archive.library_path(archive)
     if libraries is not None:
         theirs = settings.get("spark.driver.extraLibraryPath")
         settings["spark.driver.extraLibraryPath"] = os.pathsep.join(filter(None, (libraries, theirs)))

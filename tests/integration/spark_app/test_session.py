@@ -208,7 +208,7 @@ def test_the_driver_jvm_maps_the_class_archive_recorded_for_its_jvm_and_jars(spa
 
 
 def test_the_driver_jvm_loads_rocksdbs_library_from_the_folder_unpacked_once(spark: SparkSession) -> None:
-    folder = class_archive.library_path(jars_dir())
+    folder = class_archive.library_path(class_archive.archive_path(jars_dir()))
     assert folder is not None, "RocksDB's library is not unpacked for this JVM and jars: run `make setup`"
     jvm = spark.sparkContext._jvm
     jvm.org.rocksdb.RocksDB.loadLibrary()  # as a state store's first load does

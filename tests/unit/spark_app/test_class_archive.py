@@ -21,7 +21,7 @@ def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_no_archive_recorded_means_no_options(jars: Path) -> None:
-    assert class_archive.java_options(str(jars)) == ""
+    assert class_archive.java_options(class_archive.archive_path(str(jars))) == ""
 
 
 def test_a_recorded_archive_is_mapped_if_possible(jars: Path) -> None:
@@ -29,7 +29,7 @@ def test_a_recorded_archive_is_mapped_if_possible(jars: Path) -> None:
     assert path is not None and path.parent == class_archive.archives_folder()
     path.parent.mkdir(parents=True)
     path.write_bytes(b"archive")
-    assert class_archive.java_options(str(jars)) == f"-XX:SharedArchiveFile={path} -Xshare:auto"
+    assert class_archive.java_options(path) == f"-XX:SharedArchiveFile={path} -Xshare:auto"
 
 
 def test_another_jar_set_or_jvm_is_another_archive(jars: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +50,7 @@ def test_another_jar_set_or_jvm_is_another_archive(jars: Path, tmp_path: Path, m
 def test_no_java_no_archive(jars: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_HOME", "/nonexistent")
     assert class_archive.archive_path(str(jars)) is None
-    assert class_archive.java_options(str(jars)) == ""
+    assert class_archive.java_options(class_archive.archive_path(str(jars))) == ""
 
 
 # RocksDB's native library, unpacked beside the archive (spark_app.runtime.jvm.native_library).
@@ -82,12 +82,12 @@ def test_the_library_is_unpacked_once_and_then_named_as_the_jvms_library_path(
     spark_jars = _rocksdb_jar(tmp_path / "spark-jars", {linux64: b"\x7fELF linux64", "librocksdbjni-win64.dll": b"w"})
     archive = class_archive.archive_path(str(jars))
     assert archive is not None
-    assert class_archive.library_path(str(jars)) is None  # nothing unpacked yet: RocksDB copies its own out
+    assert class_archive.library_path(archive) is None  # nothing unpacked yet: RocksDB copies its own out
     folder = archive.with_suffix(".native")
     unpacked = native_library.unpack(folder, [str(jars), str(spark_jars)])
     assert unpacked == folder / linux64 and unpacked.read_bytes() == b"\x7fELF linux64"
     assert sorted(p.name for p in folder.iterdir()) == [linux64]  # no other platform's, no partial copy
-    assert class_archive.library_path(str(jars)) == str(folder)
+    assert class_archive.library_path(archive) == str(folder)
     unpacked.write_bytes(b"kept")
     assert native_library.unpack(folder, [str(spark_jars)]) == unpacked and unpacked.read_bytes() == b"kept"
 
