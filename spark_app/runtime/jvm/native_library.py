@@ -38,7 +38,8 @@ def rocksdb_library_name(system: str, machine: str, musl: bool) -> str | None:
 
 
 def _this_platforms_name() -> str | None:
-    # RocksDB's loader tells musl from glibc by musl's dynamic loader, as this does.
+    # musl told from glibc by musl's dynamic loader; a wrong guess names a file RocksDB's
+    # loader does not look for, and it copies its own out as before.
     musl = bool(glob.glob("/lib/ld-musl-*")) or bool(glob.glob("/usr/lib/ld-musl-*"))
     return rocksdb_library_name(platform.system(), platform.machine(), musl)
 
