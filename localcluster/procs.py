@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -141,11 +142,50 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> int:
-    """A port the kernel considers free now; there is a small race until the child binds it."""
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORTS_FROM = 20000
+"""The lowest port free_port hands out: above the usual services' ports."""
+_handed_out: set[int] = set()
+
+
+def listen_ports(ephemeral: tuple[int, int]) -> range | None:
+    """Where a server of ours should listen, given the kernel's ephemeral range (first,
+    last): below it if there is room, else above it; None if it covers every port."""
+    first, last = ephemeral
+    if first - LISTEN_PORTS_FROM >= 1000:
+        return range(LISTEN_PORTS_FROM, first)
+    if 65535 - last >= 1000:
+        return range(last + 1, 65536)
+    return None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that nothing listens on now, for a server about to start, and never one this
+    process handed out before.
+
+    Not the kernel's answer to a bind to port 0: that port is free only until the probe
+    closes, and every other bind to port 0 on the machine draws from the same ephemeral
+    range (a PySpark driver's JVM binds one for each result it hands to Python: 27 in a
+    session of 21 collects), each with about a 1 in 14,000 chance of being given that port,
+    in the seconds before the server binds it; a test then waits for a server that exited
+    with EADDRINUSE. Below that range only explicit binds go."""
+    ports = listen_ports(_ephemeral_range())
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port: int = s.getsockname()[1]
-        if port not in avoid:
+        port = random.choice(ports) if ports is not None else _kernel_port(host)
+        if port not in _handed_out and port_is_free(port, host):
+            _handed_out.add(port)
             return port
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        first, last = EPHEMERAL_PORTS.read_text().split()
+        return int(first), int(last)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _kernel_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

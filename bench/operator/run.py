@@ -22,7 +22,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.common import process_cpu_seconds  # noqa: E402
 from localcluster import Cluster  # noqa: E402
+from localcluster.procs import free_port  # noqa: E402
 
 GROUP, VERSION, PLURAL = "sparkapp.dev", "v1alpha1", "persistentpipelines"
 FAKE_DRIVER = ["sh", "-c", "trap 'kill $! 2>/dev/null; exit 0' TERM; sleep 100000 & wait"]
@@ -136,12 +136,6 @@ class OperatorProcess:
             self.process.kill()
             self.process.wait()
         self.log.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait(what: str, probe: Any, timeout: float, every: float = 0.05) -> Any:

@@ -58,6 +58,7 @@ from bench.common import (  # noqa: E402
     stop_on_sigterm,
     write_results,
 )
+from localcluster.procs import free_port  # noqa: E402
 from spark_app.runtime.startup import LINE_PREFIX, parse  # noqa: E402
 
 PIPELINE = str(REPO / "bench/resume/pipeline.py")
@@ -75,9 +76,7 @@ class S3:
     """moto's S3 server in a process of its own on loopback, stopped by its pid."""
 
     def __init__(self, log: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from localcluster.kafka import DEFAULT_JARS, NodeSettings, new_cluster_id
+from localcluster.procs import free_port
 
 START_SECONDS = 90.0
 STOP_SECONDS = 20.0
@@ -237,17 +237,8 @@ def _result(future: Future[T]) -> T:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports of 127.0.0.1 that nothing listens on now (all held open until all are chosen)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """Ports of 127.0.0.1 that nothing listens on now, all different (localcluster.procs.free_port)."""
+    return [free_port() for _ in range(count)]
 
 
 def start_broker(folder: Path, jars: Path = DEFAULT_JARS, sasl_users: Mapping[str, str] | None = None,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from kubernetes import client, utils
 
 from localcluster import ClusterInfo
 from localcluster.kubectl import KubeCommands
+from localcluster.procs import free_port
 from localcluster.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -159,12 +159,6 @@ class Namespace:
 
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Operator:
     """``python -m pipeline_operator`` as a child process, stopped by its pid."""
 
@@ -187,7 +181,17 @@ class Operator:
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         log.close()
-        wait_for("the operator's liveness endpoint", self.alive, timeout=30)
+        wait_for("the operator's liveness endpoint", self._started, timeout=30)
+
+    def _started(self) -> bool:
+        """Whether it serves its liveness endpoint; an operator that exited instead fails
+        the wait at once, with its exit code and the end of its log."""
+        assert self.process is not None
+        code = self.process.poll()
+        if code is not None:
+            raise AssertionError(f"the operator exited with code {code} before serving its liveness endpoint "
+                                 f"on port {self.liveness_port}; the end of its log:\n{self.log()[-3000:]}")
+        return self.alive()
 
     def alive(self) -> bool:
         import urllib.request

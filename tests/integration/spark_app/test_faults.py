@@ -84,15 +84,12 @@ def test_sigterm_in_a_storage_outage_ends_the_driver_within_the_grace_period(s3_
 
 
 def test_a_storage_outage_mid_run_is_ridden_out_and_the_output_stays_exact(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import socket
-
     from moto.server import ThreadedMotoServer
 
+    from localcluster.procs import free_port
     from tests.support.s3 import TEST_CREDENTIALS
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

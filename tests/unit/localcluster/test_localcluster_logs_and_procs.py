@@ -1,6 +1,7 @@
 """Log tails and following, process identity, watch errors."""
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,22 @@ def test_watch_errors_are_told_apart() -> None:
     assert error.value.status == 403 and error.value.reason == "Forbidden"
     event = {"type": "MODIFIED", "object": {}}
     assert checked_event(event, "/api/v1/pods") is event
+
+
+def test_a_free_port_is_outside_the_range_that_binds_to_port_zero_draw_from() -> None:
+    # A port from that range can be given to any other process's bind to port 0 (a Spark
+    # JVM's, a Python worker's) between the choice and the server's own bind.
+    first, last = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [procs.free_port() for _ in range(50)]
+    assert [p for p in ports if first <= p <= last] == []
+    assert len(set(ports)) == 50, "a port was handed out twice"
+    with socket.socket() as server:  # and it is free to listen on
+        server.bind(("127.0.0.1", ports[-1]))
+        server.listen()
+        assert procs.free_port() != ports[-1]
+
+
+def test_servers_listen_below_the_ephemeral_range_or_above_it_when_there_is_no_room() -> None:
+    assert procs.listen_ports((32768, 60999)) == range(procs.LISTEN_PORTS_FROM, 32768)
+    assert procs.listen_ports((10000, 60999)) == range(61000, 65536)
+    assert procs.listen_ports((1024, 65535)) is None
