@@ -1,5 +1,5 @@
-"""The session spark_app builds: what its Python workers run on, the class archive its JVM maps, and
-the Kafka connector on its class path."""
+"""The session spark_app builds: what its Python workers run on, the class archive its JVM maps,
+the functions it registers, and the Kafka connector on its class path."""
 
 from __future__ import annotations
 
@@ -22,7 +22,13 @@ from spark_app.runtime.jvm import class_archive
 from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.jvm.jars import jars_dir
 from spark_app.runtime.jvm.session import build_session
-from tests.integration.spark_app.harness import Driver, Workspace, fold, read_changelog, write_csv
+from tests.integration.spark_app.harness import (
+    Driver,
+    Workspace,
+    fold,
+    read_changelog,
+    write_csv,
+)
 from tests.integration.spark_app.words import expected_counts, rows
 from tests.support.kafka import KafkaBroker, Message
 
@@ -216,6 +222,44 @@ def test_the_driver_jvm_loads_rocksdbs_library_from_the_folder_unpacked_once(spa
     loaded = {line.split()[-1] for line in maps.splitlines() if "librocksdbjni" in line}
     # Not a copy in the JVM's temporary folder.
     assert loaded and {os.path.dirname(path) for path in loaded} == {os.path.realpath(folder)}, loaded
+
+
+def test_sparks_ml_functions_are_built_when_a_query_first_names_one_and_work_as_sparks(spark: SparkSession) -> None:
+    """spark-mllib registers its functions in every session's start, building typed UDFs whose
+    type tags start Scala's runtime reflection; spark_app's class of the same name, ahead of
+    Spark's jars, registers the same names with builders that run Spark's own registration on
+    first use (tools/jars/java/org/apache/spark/sql/ml). Nothing else here uses ML functions,
+    and the registry is the JVM's, so this test sees the state the session's start left."""
+    from pyspark.ml.functions import array_to_vector, vector_to_array
+    from pyspark.ml.linalg import DenseVector, Vectors
+    from pyspark.ml.stat import Summarizer
+
+    jvm = spark.sparkContext._jvm
+    registry = getattr(getattr(jvm.org.apache.spark.sql.catalyst.analysis, "FunctionRegistry$"), "MODULE$").internal()
+
+    def names() -> set[str]:
+        return {f.funcName() for f in jvm.scala.jdk.javaapi.CollectionConverters.asJava(registry.listFunction())}
+
+    def builder(name: str) -> str:
+        found = registry.lookupFunctionBuilder(jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(name))
+        return str(found.get().getClass().getName())
+
+    ml_functions = ["vector_to_array", "array_to_vector", "aggregate_metrics"]
+    before = names()
+    assert [builder(name) for name in ml_functions] == [
+        "org.apache.spark.sql.ml.InternalFunctionRegistration$Deferred"] * 3
+
+    vectors = spark.createDataFrame([(Vectors.dense([1.0, 2.0]),), (Vectors.sparse(2, [1], [4.0]),)], ["v"])
+    assert [r.a for r in vectors.select(vector_to_array("v").alias("a")).collect()] == [[1.0, 2.0], [0.0, 4.0]]
+    assert [r.a for r in vectors.select(vector_to_array("v", "float32").alias("a")).collect()] == [[1.0, 2.0],
+                                                                                                   [0.0, 4.0]]
+    arrays = spark.createDataFrame([([3.0, 5.0],)], ["a"])
+    assert arrays.select(array_to_vector("a").alias("v")).first().v == DenseVector([3.0, 5.0])
+    assert vectors.select(Summarizer.mean(vectors.v).alias("m")).first().m == DenseVector([0.5, 3.0])
+    # Spark's own registration has run and replaced each builder, and registered no name
+    # beyond these three: a Spark version that adds one fails here.
+    assert not [name for name in ml_functions if builder(name).endswith("$Deferred")]
+    assert names() == before
 
 
 @pytest.mark.kafka
