@@ -1,5 +1,6 @@
 """The session spark_app builds: what its Python workers run on, the class archive its JVM maps,
-the functions it registers, and the Kafka connector on its class path."""
+what its start and first batches leave out (Scala's runtime reflection), and the Kafka connector
+on its class path."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.integration.spark_app.harness import (
     Workspace,
     fold,
     read_changelog,
+    spark_conf_env,
     write_csv,
 )
 from tests.integration.spark_app.words import expected_counts, rows
@@ -222,6 +224,24 @@ def test_the_driver_jvm_loads_rocksdbs_library_from_the_folder_unpacked_once(spa
     loaded = {line.split()[-1] for line in maps.splitlines() if "librocksdbjni" in line}
     # Not a copy in the JVM's temporary folder.
     assert loaded and {os.path.dirname(path) for path in loaded} == {os.path.realpath(folder)}, loaded
+
+
+def test_a_drivers_start_and_first_batches_never_start_scalas_runtime_reflection(fs_workspace: Workspace,
+                                                                                 tmp_path: Path) -> None:
+    """Scala's runtime reflection (its universe, built once per JVM) cost a new driver about
+    0.7 s: spark-mllib's functions registered in every session (below), and the external rows
+    the JVM changelog encoder and the batch's fetch had Spark decode, whose generated code
+    names methods through it (tools/jars/java/dev/sparkapp/sinks). The two-output pipeline,
+    a keyed count and an append output, from its start to its clean stop."""
+    loaded = tmp_path / "classes.log"
+    write_csv(fs_workspace.inputs, "part-0.csv", "word,n", rows(0))
+    driver = fs_workspace.driver("--stop-when-idle", env=spark_conf_env(**{
+        "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"})).start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(1))
+    classes = loaded.read_text()
+    assert " org.apache.spark.sql.classic.SparkSession source:" in classes  # the driver's JVM wrote it
+    assert " scala.reflect.runtime.JavaUniverse source:" not in classes
 
 
 def test_sparks_ml_functions_are_built_when_a_query_first_names_one_and_work_as_sparks(spark: SparkSession) -> None:
