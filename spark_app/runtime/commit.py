@@ -36,6 +36,7 @@ from spark_app.faults import (
     IN_RECOVERY,
     crash_point,
 )
+from spark_app.runtime.jvm import first_batch
 from spark_app.runtime.pipeline import QuerySpec
 from spark_app.runtime.sinks.base import Batch, OutputContext, Written
 from spark_app.runtime.sources.base import Tracker
@@ -92,6 +93,9 @@ class BatchHandler:
         """The batch the newest snapshot under way or stored was taken at."""
         self._batch_lock = threading.Lock()
         """Held through a batch, and by the work done between batches (``between_batches``)."""
+        self.codegen_after_first_batch = False
+        """The query started without whole-stage code generation (jvm.first_batch): turn it on
+        once a batch is done."""
         self.checkpoint_uri = snapshots.spark_uri(join("checkpoints", name))
 
     def recover(self) -> None:
@@ -121,6 +125,9 @@ class BatchHandler:
         try:
             with self._batch_lock:
                 self._handle(df, batch_id)
+                if self.codegen_after_first_batch:
+                    first_batch.codegen_on(df)
+                    self.codegen_after_first_batch = False
         except BaseException as error:
             self._driver.record_fatal(error)
             raise

@@ -38,7 +38,7 @@ from spark_app.runtime.commit import (
     planned_first_batches,
     settled_queries,
 )
-from spark_app.runtime.jvm import state_stores
+from spark_app.runtime.jvm import first_batch, state_stores
 from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
@@ -289,14 +289,17 @@ class Driver:
         self._recoveries.setdefault(name, (began, time.time()))
         if spec.df is None:
             return  # nothing streams into it: recover() did its one run
-        query = (
-            spec.df.writeStream.queryName(name)
-            .outputMode(spec.facts.output_mode)
-            .option("checkpointLocation", handler.checkpoint_uri)
-            .trigger(processingTime=f"{self._options.trigger_interval_ms} milliseconds")
-            .foreachBatch(handler)
-            .start()
-        )
+        # A query restarted after a failure runs in a JVM that has warmed up: with code generation.
+        with first_batch.started_without_codegen(spec.df.sparkSession, when=name not in self._queries) as deferred:
+            handler.codegen_after_first_batch = deferred  # before the start: the batch may be quick
+            query = (
+                spec.df.writeStream.queryName(name)
+                .outputMode(spec.facts.output_mode)
+                .option("checkpointLocation", handler.checkpoint_uri)
+                .trigger(processingTime=f"{self._options.trigger_interval_ms} milliseconds")
+                .foreachBatch(handler)
+                .start()
+            )
         self._queries[name] = query
 
     def _supervise(self) -> None:

@@ -244,6 +244,45 @@ def test_a_drivers_start_and_first_batches_never_start_scalas_runtime_reflection
     assert " scala.reflect.runtime.JavaUniverse source:" not in classes
 
 
+@pytest.mark.parametrize("chosen", [None, "false"])
+def test_a_querys_first_batch_runs_without_whole_stage_code_generation_and_its_later_batches_with_it(
+        fs_workspace: Workspace, tmp_path: Path, chosen: str | None) -> None:
+    """In a new JVM, generating and compiling a stage's code cost a first batch more than it
+    saved (runtime/jvm/first_batch.py). Read off Spark's event log: the physical plan of each
+    batch of both queries, three files a batch at a time. A pipeline that set it keeps it."""
+    events = tmp_path / "events"
+    events.mkdir()
+    for i in range(3):
+        write_csv(fs_workspace.inputs, f"part-{i}.csv", "word,n", rows(i))
+    conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events), "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false", **({"spark.sql.codegen.wholeStage": chosen} if chosen else {})}
+    driver = fs_workspace.driver("--stop-when-idle", "--max-files-per-trigger", "1", env=spark_conf_env(**conf)).start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(3))
+    stages = _code_generated_stages(events)
+    assert sorted(stages) == [(q, b) for q in ("counts_jsonlines", "even_jsonlines") for b in range(3)], stages
+    if chosen is None:
+        assert {key: count > 0 for key, count in stages.items()} == {(q, b): b > 0 for q, b in stages}, stages
+    else:
+        assert set(stages.values()) == {0}, stages
+
+
+def _code_generated_stages(events: Path) -> dict[tuple[str, int], int]:
+    """Each streaming batch's whole-stage code-generated stages, by (query, batch), from the
+    SQL executions of Spark's event log (a batch's description ends with "batch = N")."""
+    def count(plan: dict[str, Any]) -> int:
+        return plan["nodeName"].startswith("WholeStageCodegen") + sum(count(c) for c in plan.get("children", []))
+
+    found = {}
+    for path in events.iterdir():
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            description = event.get("description", "").split("\n")
+            if event["Event"].endswith("SQLExecutionStart") and description[-1].startswith("batch = "):
+                found[(description[0], int(description[-1].removeprefix("batch = ")))] = count(event["sparkPlanInfo"])
+    return found
+
+
 def test_sparks_ml_functions_are_built_when_a_query_first_names_one_and_work_as_sparks(spark: SparkSession) -> None:
     """spark-mllib registers its functions in every session's start, building typed UDFs whose
     type tags start Scala's runtime reflection; spark_app's class of the same name, ahead of
