@@ -1,11 +1,11 @@
 """A query's first batch in a new driver runs without whole-stage code generation.
 
 Spark writes Java source for each stage of a batch's plan and compiles it with Janino, and
-the JIT then compiles the generated classes. In a JVM that has just started, Janino and
-Spark's code generator run unoptimized themselves, and a first batch paid more for that
-than the generated code saved it: a small driver's first batch took 2.27 s without it
-against 2.70 s with it, and a first batch of a 1M-row backlog 10.1 s against 11.8 s (bench/README.md).
-The query's later batches, in a JVM that has warmed up, plan with it again.
+the JIT then compiles the generated classes. In a JVM that has just started, that work cost
+a first batch more than the generated code saved it: a small driver's first batch took
+2.27 s without it against 2.70 s with it, and a first batch of a 1M-row backlog 10.1 s
+against 11.8 s (bench/README.md). The query's later batches, in a JVM that has warmed up,
+plan with it again.
 
 Each query copies its session's settings when it starts (Spark's ``cloneSession``), so the
 setting is changed around the start alone, and later set back in the query's own copy, the
