@@ -2,8 +2,9 @@
 
 A little of everything a driver loads classes for: the file sources (CSV and JSON lines,
 one malformed row), a stateful aggregation on the RocksDB state store, JSON-lines and
-Delta outputs, an iterate fixed point with its Delta store, and S3A with the AWS SDK
-(a client built and one request refused: no S3 server is needed). It runs to the end of
+Delta outputs, an iterate fixed point with its Delta store, S3A with the AWS SDK (a client
+built and one request refused: no S3 server is needed), and the checkpoint metadata a
+resumed driver reads (jvm.metadata_warm_up). It runs to the end of
 its input, then ends its JVM and waits for it, because the JVM writes the archive as it
 exits.
 
@@ -17,11 +18,12 @@ from pathlib import Path
 
 from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import spark_app as sa
 from spark_app.persistence import Backend
+from spark_app.runtime.jvm import metadata_warm_up
 from spark_app.runtime.jvm.conf import s3a_conf
 
 NOTHING_LISTENS = "http://127.0.0.1:9"
@@ -52,6 +54,9 @@ def main(work: Path) -> None:
            trigger_interval_ms=200, stop_when_idle=True)
 
     _touch_s3a(SparkContext.getOrCreate())
+    # What a resumed driver's warm-up loads (json4s's reflection over the checkpoint
+    # metadata's classes), which this run from empty state never reads.
+    metadata_warm_up.start(SparkSession.builder.getOrCreate(), [True]).get()
     gateway = SparkContext._gateway
     assert gateway is not None  # run() started the JVM
     SparkContext.getOrCreate().stop()

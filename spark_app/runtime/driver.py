@@ -38,7 +38,7 @@ from spark_app.runtime.commit import (
     planned_first_batches,
     settled_queries,
 )
-from spark_app.runtime.jvm import first_batch, state_stores
+from spark_app.runtime.jvm import first_batch, metadata_warm_up, state_stores
 from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
@@ -203,6 +203,9 @@ class Driver:
                                           requested_epoch=config.epoch, owner=config.pipeline,
                                           log_retained=config.log_retained,
                                           lease_ttl_ms=int(config.lease_ttl_s * 1000))
+        # Beside the rest of the start, before the resumed queries read their checkpoints.
+        metadata_warm_up.start(spark, (bool(spec.facts.stateful) for name, spec in self._pipeline.queries.items()
+                                       if spec.df is not None and name in self._session.heads))
         self.report()
         # Renewed from now on, not once the pipeline runs: a start (a busy node's JVM, a
         # large first batch) may outlast the lease, and the next driver would take over.
