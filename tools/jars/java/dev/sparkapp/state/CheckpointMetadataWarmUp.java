@@ -28,49 +28,49 @@ import org.apache.spark.sql.execution.streaming.state.RocksDBCheckpointMetadata;
  */
 public final class CheckpointMetadataWarmUp {
 
-  private static final String COMMIT = "{\"nextBatchWatermarkMs\":0}";
+    private static final String COMMIT = "{\"nextBatchWatermarkMs\":0}";
 
-  private static final String STORE = "v1\n{"
-      + "\"sstFiles\":[{\"localFileName\":\"000001.sst\",\"dfsSstFileName\":\"000001-w.sst\",\"sizeBytes\":1}],"
-      + "\"logFiles\":[{\"localFileName\":\"000002.log\",\"dfsLogFileName\":\"000002-w.log\",\"sizeBytes\":1}],"
-      + "\"numKeys\":1,\"numInternalKeys\":1,\"columnFamilyMapping\":{\"default\":0},"
-      + "\"columnFamilyTypeMap\":{\"default\":false},\"maxColumnFamilyId\":0}";
+    private static final String STORE = "v1\n{"
+            + "\"sstFiles\":[{\"localFileName\":\"000001.sst\",\"dfsSstFileName\":\"000001-w.sst\",\"sizeBytes\":1}],"
+            + "\"logFiles\":[{\"localFileName\":\"000002.log\",\"dfsLogFileName\":\"000002-w.log\",\"sizeBytes\":1}],"
+            + "\"numKeys\":1,\"numInternalKeys\":1,\"columnFamilyMapping\":{\"default\":0},"
+            + "\"columnFamilyTypeMap\":{\"default\":false},\"maxColumnFamilyId\":0}";
 
-  private static CompletableFuture<Void> started;
+    private static CompletableFuture<Void> started;
 
-  private CheckpointMetadataWarmUp() {}
+    private CheckpointMetadataWarmUp() {}
 
-  /**
-   * Starts the reads, once per JVM (later calls return the first call's future): the
-   * commit log's, and the state stores' with {@code stateStores}. The future completes when
-   * they are done, or exceptionally if a sample could not be read.
-   */
-  public static synchronized CompletableFuture<Void> start(boolean stateStores) {
-    if (started == null) {
-      CompletableFuture<Void> done = new CompletableFuture<>();
-      Thread thread = new Thread(() -> read(stateStores, done), "spark_app-checkpoint-metadata-warm-up");
-      thread.setDaemon(true);
-      thread.start();
-      started = done;
-    }
-    return started;
-  }
-
-  private static void read(boolean stateStores, CompletableFuture<Void> done) {
-    try {
-      CommitMetadata.apply(COMMIT);
-      if (stateStores) {
-        File sample = Files.createTempFile("spark_app-rocksdb-metadata", "").toFile();
-        try {
-          Files.writeString(sample.toPath(), STORE, StandardCharsets.UTF_8);
-          RocksDBCheckpointMetadata.readFromFile(sample);
-        } finally {
-          Files.deleteIfExists(sample.toPath());
+    /**
+     * Starts the reads, once per JVM (later calls return the first call's future): the
+     * commit log's, and the state stores' with {@code stateStores}. The future completes when
+     * they are done, or exceptionally if a sample could not be read.
+     */
+    public static synchronized CompletableFuture<Void> start(boolean stateStores) {
+        if (started == null) {
+            CompletableFuture<Void> done = new CompletableFuture<>();
+            Thread thread = new Thread(() -> read(stateStores, done), "spark_app-checkpoint-metadata-warm-up");
+            thread.setDaemon(true);
+            thread.start();
+            started = done;
         }
-      }
-      done.complete(null);
-    } catch (Exception | LinkageError e) {
-      done.completeExceptionally(e);
+        return started;
     }
-  }
+
+    private static void read(boolean stateStores, CompletableFuture<Void> done) {
+        try {
+            CommitMetadata.apply(COMMIT);
+            if (stateStores) {
+                File sample = Files.createTempFile("spark_app-rocksdb-metadata", "").toFile();
+                try {
+                    Files.writeString(sample.toPath(), STORE, StandardCharsets.UTF_8);
+                    RocksDBCheckpointMetadata.readFromFile(sample);
+                } finally {
+                    Files.deleteIfExists(sample.toPath());
+                }
+            }
+            done.complete(null);
+        } catch (Exception | LinkageError e) {
+            done.completeExceptionally(e);
+        }
+    }
 }
