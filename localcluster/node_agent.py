@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import queue
 import signal
 import sys
 import threading
@@ -136,6 +137,7 @@ class NodeAgent:
         self._pods: dict[tuple[str, str], JsonDict] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._stop_requests: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._node_labels: dict[str, str] = {}
         self._node_uid = ""
         self._facts = nodes.host_facts()
@@ -172,12 +174,16 @@ class NodeAgent:
             thread.daemon = True
             thread.start()
         log.info("node %s ready; kubelet API on 127.0.0.1:%d", self.settings.node_name, self.settings.port)
-        self._stop.wait()
+        self._stop_requests.get()
+        self._stop.set()
         self._shutdown()
         server.shutdown()
 
     def stop(self) -> None:
-        self._stop.set()
+        """Safe in a signal handler: it takes no lock (SimpleQueue.put is reentrant). Setting
+        the event there, on which the main thread waited, could wait for a lock the main
+        thread held when the signal came, for ever."""
+        self._stop_requests.put(None)
 
     def _shutdown(self) -> None:
         with self._lock:

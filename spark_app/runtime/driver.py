@@ -62,6 +62,7 @@ from spark_app.runtime.sources.kafka import (
 )
 from spark_app.runtime.sources.kafka import lag as kafka_lag
 from spark_app.runtime.sources.reader import SourceOrderChanged
+from spark_app.runtime.stop_requests import StopRequests
 from spark_app.runtime.tables.readers import PlanMissing, Readers, TableMissing
 from spark_app.state.file_index import IndexCorrupted
 from spark_app.state.identity import IncompatibleChange
@@ -142,8 +143,7 @@ class Driver:
         self._options = options
         self._queries: dict[str, StreamingQuery] = {}
         self._handlers: dict[str, BatchHandler] = {}
-        self._stop = threading.Event()
-        self._stop_reason = ""
+        self._stops = StopRequests()
         self._fatal: BaseException | None = None
         self._commit_lock = threading.Lock()
         self._session: StateSession | None = None
@@ -181,8 +181,7 @@ class Driver:
                 signal.signal(sig, handler)
 
     def request_stop(self, reason: str) -> None:
-        self._stop_reason = self._stop_reason or reason
-        self._stop.set()
+        self._stops.request(reason)
 
     def _start(self) -> None:
         config = self._config
@@ -308,7 +307,7 @@ class Driver:
     def _supervise(self) -> None:
         idle_since: float | None = None
         restarts: dict[str, _Restarts] = {name: _Restarts() for name in self._queries}
-        while not self._stop.is_set():
+        while not self._stops.requested.is_set():
             if self._fatal is not None:
                 raise self._fatal
             self._log_startups()
@@ -326,7 +325,7 @@ class Driver:
                         self.request_stop("all available input is processed")
                 else:
                     idle_since = None
-            self._stop.wait(0.2)
+            self._stops.wait(0.2)
 
     def _log_startups(self) -> None:
         """Says where each query's start went, once its first batch is done."""
@@ -366,7 +365,7 @@ class Driver:
         restarts.count += 1
         log.warning("query %s failed (%s); restarting it from its last commit in %.1fs (attempt %d)",
                     name, message, delay, restarts.count)
-        if self._stop.wait(delay):
+        if self._stops.wait(delay):
             return
         restarts.since = time.monotonic()
         self._start_query(name)
@@ -381,7 +380,7 @@ class Driver:
         return True
 
     def _finish(self) -> int:
-        log.info("stopping: %s", self._stop_reason)
+        log.info("stopping: %s", self._stops.reason)
         self._state = "stopping"
         self._stop_planners()
         unreachable = self._unreachable_storage()
@@ -395,7 +394,7 @@ class Driver:
             # the outage budget, Spark's stores through S3A's retries as well: a SIGTERM in
             # an outage took 120 s, past any pod's grace period. The next driver resumes from
             # the last commit.
-            raise StorageUnavailable(f"stopping ({self._stop_reason}) while the state's storage is unreachable "
+            raise StorageUnavailable(f"stopping ({self._stops.reason}) while the state's storage is unreachable "
                                      f"({unreachable}): nothing more was committed; the next driver resumes "
                                      f"from the last commit")
         if self._readers is not None and self._snapshots is not None:
@@ -412,7 +411,7 @@ class Driver:
         if stores:
             log.info("stored the snapshots of %d state stores in %.1fs", stores, time.monotonic() - began)
         assert self._session is not None
-        self._session.close(self._stop_reason)
+        self._session.close(self._stops.reason)
         self._close_outputs()
         self.report()
         if self._reporter is not None:
@@ -484,13 +483,13 @@ class Driver:
         if threading.current_thread() is not threading.main_thread():
             return previous
         for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, lambda s, _f: self.request_stop(f"received {signal.Signals(s).name}"))
+            previous[sig] = signal.signal(sig, self._stops.on_signal)
         return previous
 
     def _renew_lease_forever(self) -> None:
         assert self._session is not None
         warned = False
-        while not self._stop.wait(self._config.lease_ttl_s / LEASE_RENEWALS_PER_TTL):
+        while not self._stops.requested.wait(self._config.lease_ttl_s / LEASE_RENEWALS_PER_TTL):
             try:
                 status: contract.DriverReport | None = self._status()
             except Exception as error:  # noqa: BLE001 - a report must never stop the renewal

@@ -56,10 +56,11 @@ def run_lease_thread(status: Callable[[], object], readers: object = None) -> li
     renewed three times (or two seconds have passed), then stops it; returns the renewals
     after checking that the thread was still alive."""
     from spark_app.runtime.driver import Driver
+    from spark_app.runtime.stop_requests import StopRequests
 
     renewals: list[object] = []
     driver = object.__new__(Driver)
-    driver._stop = threading.Event()  # type: ignore[attr-defined]
+    driver._stops = StopRequests()  # type: ignore[attr-defined]
     driver._config = SimpleNamespace(lease_ttl_s=0.06)  # type: ignore[attr-defined]
     driver._session = SimpleNamespace(renew_lease=lambda status=None: renewals.append(status))  # type: ignore[attr-defined]
     driver._fatal = None  # type: ignore[attr-defined]
@@ -75,7 +76,7 @@ def run_lease_thread(status: Callable[[], object], readers: object = None) -> li
             time.sleep(0.01)
         assert len(renewals) >= 3 and thread.is_alive(), renewals
     finally:
-        driver._stop.set()  # type: ignore[attr-defined]
+        driver._stops.request("the test is over")  # type: ignore[attr-defined]
         thread.join(5)
     return renewals
 
