@@ -134,10 +134,13 @@ class EarlyJvm:
         info_path = os.path.join(scratch.process_folder("gateway"), "connection.info")
         env = {**os.environ, **launch.environment, "SPARK_CONNECT_MODE": "0", CONNECTION_INFO_ENV: info_path}
         # As pyspark starts it: its stdin is a pipe from this process, and the JVM exits when
-        # the pipe closes, that is when this process ends, however it ends; and a Ctrl-C at
-        # a terminal is this process's to handle, not the JVM's.
+        # the pipe closes, that is when this process ends, however it ends. A stop is this
+        # process's to carry out, not the JVM's: a Ctrl-C at a terminal signals the whole
+        # process group (pyspark ignores SIGINT in its JVM too), and so do GNU timeout,
+        # systemd's default kill mode and `kill -- -PGID` with SIGTERM, on which the JVM ran
+        # Spark's shutdown under the driver's stop, which then failed.
         process = subprocess.Popen(submit_command(home, launch.settings, os.environ), stdin=subprocess.PIPE,
-                                   env=env, preexec_fn=_ignore_interrupts)  # noqa: PLW1509 - before any thread
+                                   env=env, preexec_fn=_leave_stops_to_the_driver)  # noqa: PLW1509 - before any thread
         return cls(conf, launch, process, info_path)
 
     def connection(self) -> tuple[int, str] | None:
@@ -153,10 +156,10 @@ class EarlyJvm:
         return info
 
     def stop(self) -> None:
-        """Ends the JVM (a session that does not run on it must not leave it running)."""
+        """Ends the JVM (a session that does not run on it must not leave it running): it
+        exits once its stdin closes (it ignores SIGTERM, above)."""
         if self.process.stdin is not None:
             self.process.stdin.close()
-        self.process.terminate()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -165,8 +168,11 @@ class EarlyJvm:
         shutil.rmtree(os.path.dirname(self._info_path), ignore_errors=True)
 
 
-def _ignore_interrupts() -> None:
+def _leave_stops_to_the_driver() -> None:
+    # The JVM keeps a shutdown signal ignored when it starts with it ignored (HotSpot installs
+    # no handler for it), so only the driver's handlers see SIGINT and SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 _early: EarlyJvm | None = None

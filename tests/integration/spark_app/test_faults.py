@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -45,6 +47,22 @@ def test_sigterm_commits_and_exits_zero_within_the_grace_period(fs_workspace: Wo
     assert again.wait() == 0
     assert "taking over" not in again.output()  # the lease was released, not left to expire
     assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(4))
+
+
+def test_sigterm_to_the_drivers_whole_process_group_commits_and_exits_zero(fs_workspace: Workspace) -> None:
+    """As GNU timeout sends it (the process, then its group), as systemd's default kill mode
+    and `kill -- -PGID` send it: the driver's JVM is in the group too. It ran Spark's shutdown
+    beside the driver's own stop, which then failed ("pipeline failed", no final snapshot)."""
+    for f in range(2):
+        write_csv(fs_workspace.inputs, f"part-{f}.csv", "word,n", rows(f))
+    driver = fs_workspace.driver().start()
+    driver.wait_for_log("committed batch")
+    assert driver.process is not None
+    os.kill(driver.process.pid, signal.SIGTERM)
+    os.killpg(driver.process.pid, signal.SIGTERM)
+    assert driver.wait(60) == 0, driver.output()[-3000:]
+    assert "stopped cleanly" in driver.output()
+    assert fold(read_changelog(fs_workspace.out / "counts.jsonlines"), ("word",)) == expected_counts(range(2))
 
 
 @pytest.mark.long  # make test: SIGTERM's grace above, an outage ridden out below, and the operator's outage test

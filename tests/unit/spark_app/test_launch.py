@@ -1,5 +1,6 @@
 """How a driver's JVM is started, as spark_app.runtime.jvm.launch does it (no Spark started:
-a ``sleep`` stands in for the JVM where a process is needed)."""
+a ``cat``, which ends when its stdin closes as the JVM's gateway does, stands in for the JVM
+where a process is needed)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_a_configured_local_folder_is_left_to_spark(jars: Path) -> None:
 
 
 def _stand_in(conf: dict[str, str], tmp_path: Path) -> launch.EarlyJvm:
-    process = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE)
+    process = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     return launch.EarlyJvm(conf, launch.JvmLaunch(conf, {}), process, str(tmp_path / "connection.info"))
 
 
