@@ -18,7 +18,8 @@ from spark_app.persistence import Backend, Config
 from spark_app.runtime.jvm import state_stores
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
+# tools/jars/java/dev/sparkapp/fs/InPlaceCheckpointFileManager.java: Spark's checkpoint on S3.
+IN_PLACE_CHECKPOINT_MANAGER = "dev.sparkapp.fs.InPlaceCheckpointFileManager"
 # tools/jars/java/dev/sparkapp/delta/S3PutIfAbsentLogStore.java, compiled by `make jars`.
 DELTA_S3_LOG_STORE = "dev.sparkapp.delta.S3PutIfAbsentLogStore"
 # tools/jars/java/dev/sparkapp/fs: local files with their permissions set in-process.
@@ -81,11 +82,12 @@ def spark_conf(snapshot: Backend, snapshot_interval_ms: int, extra: Mapping[str,
     if snapshot.kind == "s3":
         conf.update(s3a_conf(snapshot))
         # Spark's checkpoint written in place, not under a temporary name then copied and
-        # deleted (a rename on S3). Spark reads the setting from the Hadoop configuration
-        # (CheckpointFileManager.create), where it can still be set once the session runs:
-        # as a SQL setting it cannot, and a pipeline whose state is named in run(), after
-        # its sources built the session, lost it.
-        conf["spark.hadoop.spark.sql.streaming.checkpointFileManagerClass"] = ABORTABLE_CHECKPOINT_MANAGER
+        # deleted (a rename on S3), through one S3A client, and never a failed write taken
+        # for a written file (the manager's docstring). Spark reads the setting from the
+        # Hadoop configuration (CheckpointFileManager.create), where it can still be set
+        # once the session runs: as a SQL setting it cannot, and a pipeline whose state is
+        # named in run(), after its sources built the session, lost it.
+        conf["spark.hadoop.spark.sql.streaming.checkpointFileManagerClass"] = IN_PLACE_CHECKPOINT_MANAGER
     conf.update(extra)
     return conf
 

@@ -1,0 +1,204 @@
+package dev.sparkapp.fs;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.util.Arrays;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.CommonPathCapabilities;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileAlreadyExistsException;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Options.CreateFileOptionKeys;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.UnsupportedFileSystemException;
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream;
+import org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import software.amazon.awssdk.awscore.exception.AwsServiceException;
+
+/**
+ * Spark's checkpoint files on an object store (S3A), written in place: the file appears
+ * when its stream closes, and a cancelled stream is aborted, so nothing appears. Spark
+ * writes every checkpoint file (offsets, commits, state store changelogs and snapshots)
+ * through {@code createAtomic}; its default for a file system without atomic rename writes
+ * under a temporary name and renames, which on S3 is a copy and a delete.
+ *
+ * <p>What spark-hadoop-cloud's {@code AbortableStreamBasedCheckpointFileManager} (Spark
+ * 4.1.2) does differently, and why this class replaces it:
+ * <ul>
+ * <li>Its {@code close()} logs any failure as a warning and returns: an upload that failed
+ * as the stream closed (S3A uploads a small file then), or a create-if-absent that found
+ * the file written meanwhile, looked to Spark like a file written. Here a failure is the
+ * writer's; a create-if-absent that loses throws Hadoop's {@link FileAlreadyExistsException},
+ * which Spark's metadata logs report as a concurrent update of the checkpoint.
+ * <li>It checked for the file before closing a create-if-absent, then uploaded: a race, and
+ * two requests more per file. Here the upload is conditional (S3A's
+ * {@code fs.option.create.conditional.overwrite}: an If-None-Match PUT, HADOOP-19256), so of
+ * two writers exactly one succeeds.
+ * <li>It reached S3 through a {@code FileContext}, whose S3A binding builds a file system of
+ * its own for each manager (an AWS SDK client, a connection pool, thread pools): a resumed
+ * driver held eight. Here every manager uses Hadoop's cached file system for the bucket.
+ * </ul>
+ * The other operations (list, mkdirs, open, exists, delete) are Spark's
+ * {@code FileSystemBasedCheckpointFileManager}'s.
+ */
+public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileManager {
+
+    private static final Logger LOG = LoggerFactory.getLogger(InPlaceCheckpointFileManager.class);
+    private static final int PRECONDITION_FAILED = 412;
+
+    private final FileSystem fs;
+
+    public InPlaceCheckpointFileManager(Path path, Configuration hadoopConf) throws IOException {
+        super(path, hadoopConf);
+        this.fs = path.getFileSystem(hadoopConf);
+        if (!fs.hasPathCapability(path, CommonPathCapabilities.ABORTABLE_STREAM)) {
+            throw new UnsupportedFileSystemException(getClass().getSimpleName() + " needs a file system whose "
+                    + "output streams can be aborted (S3A); " + path + " is on " + fs.getClass().getName());
+        }
+    }
+
+    @Override
+    public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
+        try {
+            if (overwriteIfPossible) {
+                return new InPlaceStream(fs.create(path, true), path, null);
+            }
+            // FileSystem.createFile returns a raw builder, whose build() is typed Object.
+            FSDataOutputStream out = (FSDataOutputStream) fs.createFile(path)
+                    .overwrite(false)
+                    .must(CreateFileOptionKeys.FS_OPTION_CREATE_CONDITIONAL_OVERWRITE, true)
+                    .build();
+            return new InPlaceStream(out, path, new ByteArrayOutputStream());
+        } catch (IOException e) {
+            throw rethrown(e);
+        }
+    }
+
+    /**
+     * The file's stream: closing it uploads the file, cancelling it aborts the upload. A
+     * create-if-absent keeps a copy of what it writes (Spark's metadata logs: a few
+     * kilobytes) to tell its own upload from another writer's.
+     */
+    private final class InPlaceStream extends CancellableFSDataOutputStream {
+
+        private final FSDataOutputStream out;
+        private final Path path;
+        private final ByteArrayOutputStream copy;
+        private boolean ended;
+
+        InPlaceStream(FSDataOutputStream out, Path path, ByteArrayOutputStream copy) {
+            super(copy == null ? out : new TeeOutputStream(out, copy));
+            this.out = out;
+            this.path = path;
+            this.copy = copy;
+        }
+
+        @Override
+        public synchronized void close() throws IOException {
+            if (ended) {
+                return;
+            }
+            ended = true;
+            try {
+                super.flush();
+                out.close();
+            } catch (IOException e) {
+                if (copy == null || status(e) != PRECONDITION_FAILED) {
+                    throw e;
+                }
+                // The AWS SDK retries a PUT whose response was lost; if the first attempt
+                // had landed, the retry finds this writer's own file.
+                if (Arrays.equals(read(path), copy.toByteArray())) {
+                    return;
+                }
+                FileAlreadyExistsException lost = new FileAlreadyExistsException(
+                        path + " was written by another writer while this one wrote it");
+                lost.initCause(e);
+                throw lost;
+            }
+        }
+
+        @Override
+        public synchronized void cancel() {
+            if (ended) {
+                return;
+            }
+            ended = true;
+            try {
+                out.abort();
+                out.close();
+            } catch (IOException | RuntimeException e) {
+                // The write is being given up already; nothing of it was uploaded.
+                LOG.warn("cancelling the write of {}: {}", path, e.toString());
+            }
+        }
+
+        @Override
+        public String toString() {
+            return out.toString();
+        }
+    }
+
+    private byte[] read(Path path) throws IOException {
+        try (FSDataInputStream in = fs.open(path)) {
+            return in.readAllBytes();
+        }
+    }
+
+    /** Writes to the file and to the copy kept of it. */
+    private static final class TeeOutputStream extends OutputStream {
+
+        private final OutputStream out;
+        private final OutputStream copy;
+
+        TeeOutputStream(OutputStream out, OutputStream copy) {
+            this.out = out;
+            this.copy = copy;
+        }
+
+        @Override
+        public void write(int b) throws IOException {
+            out.write(b);
+            copy.write(b);
+        }
+
+        @Override
+        public void write(byte[] b, int off, int len) throws IOException {
+            out.write(b, off, len);
+            copy.write(b, off, len);
+        }
+
+        @Override
+        public void flush() throws IOException {
+            out.flush();
+        }
+
+        @Override
+        public void close() throws IOException {
+            out.close();
+        }
+    }
+
+    /** The HTTP status of an S3 error somewhere in {@code e}'s causes, or 0 (S3A reports a
+     * conditional create that lost as RemoteFileChangedException, caused by HTTP 412). */
+    private static int status(Throwable e) {
+        for (Throwable cause = e; cause != null; cause = cause.getCause()) {
+            if (cause instanceof AwsServiceException) {
+                return ((AwsServiceException) cause).statusCode();
+            }
+        }
+        return 0;
+    }
+
+    /** Throws {@code e} from a method Scala declared without {@code throws}, as Scala would. */
+    @SuppressWarnings("unchecked")
+    private static <E extends Throwable> RuntimeException rethrown(Throwable e) throws E {
+        throw (E) e;
+    }
+}
