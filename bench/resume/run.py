@@ -12,6 +12,8 @@ own on loopback):
 
 * floor: a new process with spark_app's session (the same jars, class archive and Python
   launcher) running one micro-batch of a one-row file, no state: what any start costs.
+* empty state: the same pipeline (each kind, each backend) started on empty state with the
+  resume's one new file: the resume less this is what the state itself costs a start.
 * sizes: a grouped count over 1M, 4M and 16M distinct keys (`--sizes`), and a
   deduplication with a watermark (`--dedup-keys`): the history is processed once from
   empty state (the recompute, timed to its last file's output), then the driver is
@@ -295,6 +297,19 @@ def floor(work: Path, rounds: int) -> dict[str, Any]:
     return {"seconds": seconds, "median": statistics.median(seconds)}
 
 
+def empty_start(work: Path, kind: str, backend: str, rounds: int, s3: S3 | None) -> dict[str, Any]:
+    """The pipeline of ``kind`` started on empty state with one new file, as a resume is:
+    each round a new state and output."""
+    seconds = []
+    for number in range(rounds):
+        case = new_case(work, f"empty-{kind}-{backend}-{number}", kind, backend, s3)
+        case.inputs.mkdir(parents=True)
+        started = timed_to_marker(case, "start", write_marker(case))
+        seconds.append(started["seconds"])
+        progress(f"{kind} on empty state, {backend}: {number + 1}/{rounds} {started['seconds']:.1f} s ({_split(started)})")
+    return {"kind": kind, "backend": backend, "seconds": seconds, "median": statistics.median(seconds)}
+
+
 def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S3 | None) -> dict[str, Any]:
     case = new_case(work, f"{kind}-{keys}-{backend}", kind, backend, s3)
     files = max(1, keys // KEYS_PER_FILE)
@@ -429,15 +444,22 @@ def _split(run: dict[str, Any]) -> str:
 
 def table(results: dict[str, Any]) -> str:
     floor_s = results["floor"]["median"]
-    rows = ["| case | state | recompute | resume (median, spread) | resume / floor | resume / recompute | split of the median resume |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    empty = {(e["kind"], e["backend"]): e["median"] for e in results.get("empty_state", [])}
+    rows = ["| case | state | recompute | resume (median, spread) | resume / floor | resume / recompute "
+            "| on empty state | the state's cost (resume less empty state) / the state at 200 MB/s "
+            "| split of the median resume |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for case in results["sizes"]:
         resumes = sorted(case["resumes"], key=lambda r: r["seconds"])
         median = resumes[len(resumes) // 2]
+        start = empty.get((case["kind"], case["backend"]))
+        cost = (f"{case['resume_median_seconds'] - start:+.1f} s / {case['state_bytes'] / 200e6:.1f} s"
+                if start is not None else "")
         rows.append(f"| {case['kind']} {case['keys']:,} keys, {case['backend']} | {case['state_bytes'] / 2**20:,.0f} MiB "
                     f"| {case['recompute']['seconds']:.1f} s | {case['resume_median_seconds']:.1f} s "
                     f"({case['resume_spread_seconds'][0]:.1f} to {case['resume_spread_seconds'][1]:.1f}) "
-                    f"| {case['resume_median_seconds'] / floor_s:.2f} | {case['ratio_to_recompute']:.2f} | {_split(median)} |")
+                    f"| {case['resume_median_seconds'] / floor_s:.2f} | {case['ratio_to_recompute']:.2f} "
+                    f"| {f'{start:.1f} s' if start is not None else ''} | {cost} | {_split(median)} |")
     for case in results["history"]:
         rows.append(f"| history: {case['keys']:,} keys in {case['batches']} batches, {case['backend']} "
                     f"| {case['state_bytes'] / 2**20:,.0f} MiB | | {case['resume_median_seconds']:.1f} s | "
@@ -477,9 +499,12 @@ def main() -> None:
     progress(f"working in {work}")
     backends = [b for b in args.backends.split(",") if b]
     s3 = S3(work / "s3.log") if "s3" in backends else None
-    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": []}
+    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": [], "empty_state": []}
     try:
         results["floor"] = floor(work, args.rounds)
+        kinds = (["count"] if args.sizes.strip(",") else []) + (["dedup"] if args.dedup_keys else [])
+        results["empty_state"] = [empty_start(work, kind, backend, args.rounds, s3)
+                                  for backend in backends for kind in kinds]
         for backend in backends:
             for keys in [int(k) for k in args.sizes.split(",") if k]:
                 results["sizes"].append(size_case(work, "count", keys, backend, args.rounds, s3))
