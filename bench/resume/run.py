@@ -280,34 +280,26 @@ def _text(path: Path) -> str:
 
 # ---- cases ----------------------------------------------------------------------------------
 
-def floor(work: Path, rounds: int) -> dict[str, Any]:
-    seconds = []
-    for number in range(rounds):
-        folder = work / f"floor-{number}"
-        (folder / "inputs").mkdir(parents=True)
-        _arrive(folder / "inputs", "one.csv", "key\nfloor\n")
-        output = folder / "out.jsonlines"
-        tail = Tail(output)
-        run = run_process([sys.executable, FLOOR, "--input", str(folder / "inputs"), "--output", str(output)],
-                          folder / "floor.log", until=lambda t=tail: t.has("floor"))
-        if not tail.has("floor") and "floor" not in _text(output):
-            raise SystemExit(f"the floor run ended (code {run.returncode}) without output; see {folder}/floor.log")
-        seconds.append(run.seconds)
-        progress(f"floor {number + 1}/{rounds}: {run.seconds:.1f} s")
-    return {"seconds": seconds, "median": statistics.median(seconds)}
+def floor_once(work: Path, name: str) -> float:
+    """One floor run: a bare session and a one-row micro-batch, to its output line."""
+    folder = work / f"floor-{name}"
+    (folder / "inputs").mkdir(parents=True)
+    _arrive(folder / "inputs", "one.csv", "key\nfloor\n")
+    output = folder / "out.jsonlines"
+    tail = Tail(output)
+    run = run_process([sys.executable, FLOOR, "--input", str(folder / "inputs"), "--output", str(output)],
+                      folder / "floor.log", until=lambda: tail.has("floor"))
+    if not tail.has("floor") and "floor" not in _text(output):
+        raise SystemExit(f"the floor run ended (code {run.returncode}) without output; see {folder}/floor.log")
+    return run.seconds
 
 
-def empty_start(work: Path, kind: str, backend: str, rounds: int, s3: S3 | None) -> dict[str, Any]:
-    """The pipeline of ``kind`` started on empty state with one new file, as a resume is:
-    each round a new state and output."""
-    seconds = []
-    for number in range(rounds):
-        case = new_case(work, f"empty-{kind}-{backend}-{number}", kind, backend, s3)
-        case.inputs.mkdir(parents=True)
-        started = timed_to_marker(case, "start", write_marker(case))
-        seconds.append(started["seconds"])
-        progress(f"{kind} on empty state, {backend}: {number + 1}/{rounds} {started['seconds']:.1f} s ({_split(started)})")
-    return {"kind": kind, "backend": backend, "seconds": seconds, "median": statistics.median(seconds)}
+def empty_once(work: Path, kind: str, backend: str, name: str, s3: S3 | None) -> dict[str, Any]:
+    """The pipeline of ``kind`` started on a new, empty state with one new file, as a
+    resume is: what its start costs without the state."""
+    case = new_case(work, f"empty-{name}", kind, backend, s3)
+    case.inputs.mkdir(parents=True)
+    return timed_to_marker(case, "start", write_marker(case))
 
 
 def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S3 | None) -> dict[str, Any]:
@@ -323,38 +315,55 @@ def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S
     state_bytes = case.state_bytes()
     resumes = []
     for number in range(rounds):
+        # The references in the same round, right before the resume: this machine's speed
+        # drifts by the hour, and a reference measured minutes apart compared with the drift.
+        floor_s = floor_once(work, f"{case.name}-{number}")
+        empty = empty_once(work, kind, backend, f"{case.name}-{number}", s3)
         marker = write_marker(case)
         before = s3.usage() if case.s3 and s3 else None
         resumed = timed_to_marker(case, f"resume-{number}", marker)
         if before is not None and s3 is not None:
             after = s3.usage()
             resumed["s3_server"] = {"cpu_seconds": round(after[0] - before[0], 2), "requests": after[1] - before[1]}
+        resumed.update(floor_s=floor_s, empty_state_s=empty["seconds"])
         resumes.append(resumed)
         server = (f"; S3 server {resumed['s3_server']['cpu_seconds']} CPU s, "
                   f"{resumed['s3_server']['requests']} requests" if "s3_server" in resumed else "")
-        progress(f"{case.name}: resume {number + 1}/{rounds} {resumed['seconds']:.1f} s "
-                 f"({_split(resumed)}{server})")
+        progress(f"{case.name}: round {number + 1}/{rounds}: floor {floor_s:.1f} s, on empty state "
+                 f"{empty['seconds']:.1f} s, resume {resumed['seconds']:.1f} s ({_split(resumed)}{server})")
     median = statistics.median(r["seconds"] for r in resumes)
     return {"case": case.name, "kind": kind, "keys": keys, "backend": backend, "history_files": files,
             "state_bytes": state_bytes, "recompute": recompute, "resumes": resumes,
             "resume_median_seconds": median, "resume_spread_seconds": [min(r["seconds"] for r in resumes),
                                                                         max(r["seconds"] for r in resumes)],
+            "floor_median_seconds": statistics.median(r["floor_s"] for r in resumes),
+            "empty_state_median_seconds": statistics.median(r["empty_state_s"] for r in resumes),
+            "resume_over_floor": statistics.median(r["seconds"] / r["floor_s"] for r in resumes),
+            "state_cost_seconds": statistics.median(r["seconds"] - r["empty_state_s"] for r in resumes),
             "ratio_to_recompute": round(median / recompute["seconds"], 3)}
 
 
-def history_case(work: Path, keys: int, batches: int, backend: str, rounds: int, s3: S3 | None) -> dict[str, Any]:
-    case = new_case(work, f"history-{batches}-{backend}", "count", backend, s3)
-    progress(f"{case.name}: {keys:,} keys committed in {batches} batches")
-    write_history(case, keys, batches)
-    built = run_until_idle(case, "history", "--max-files-per-trigger", "1")
-    resumes = []
+def history_cases(work: Path, keys: int, batch_counts: list[int], backend: str, rounds: int,
+                  s3: S3 | None) -> list[dict[str, Any]]:
+    """The same keys committed in each of ``batch_counts`` batches; once every history is
+    built, each is resumed in turn, round after round, so that their ratio is taken pair by
+    pair rather than across the minutes a long history takes to build."""
+    cases = []
+    for batches in batch_counts:
+        case = new_case(work, f"history-{batches}-{backend}", "count", backend, s3)
+        progress(f"{case.name}: {keys:,} keys committed in {batches} batches")
+        write_history(case, keys, batches)
+        cases.append((batches, case, run_until_idle(case, "history", "--max-files-per-trigger", "1"), []))
     for number in range(rounds):
-        marker = write_marker(case)
-        resumes.append(timed_to_marker(case, f"resume-{number}", marker))
-        progress(f"{case.name}: resume {number + 1}/{rounds} {resumes[-1]['seconds']:.1f} s ({_split(resumes[-1])})")
-    return {"case": case.name, "keys": keys, "batches": batches, "backend": backend, "history_seconds": built,
-            "state_bytes": case.state_bytes(), "resumes": resumes,
-            "resume_median_seconds": statistics.median(r["seconds"] for r in resumes)}
+        for _batches, case, _built, resumes in cases:
+            resumes.append(timed_to_marker(case, f"resume-{number}", write_marker(case)))
+            progress(f"{case.name}: resume {number + 1}/{rounds} {resumes[-1]['seconds']:.1f} s ({_split(resumes[-1])})")
+    first = cases[0][3]
+    return [{"case": case.name, "keys": keys, "batches": batches, "backend": backend, "history_seconds": built,
+             "state_bytes": case.state_bytes(), "resumes": resumes,
+             "resume_median_seconds": statistics.median(r["seconds"] for r in resumes),
+             f"over_{cases[0][0]}_batches": statistics.median(r["seconds"] / f["seconds"] for r, f in zip(resumes, first, strict=True))}
+            for batches, case, built, resumes in cases]
 
 
 def interval_case(work: Path, keys: int, interval_s: float, backend: str, seconds: float,
@@ -443,27 +452,27 @@ def _split(run: dict[str, Any]) -> str:
 # ---- report ---------------------------------------------------------------------------------
 
 def table(results: dict[str, Any]) -> str:
-    floor_s = results["floor"]["median"]
-    empty = {(e["kind"], e["backend"]): e["median"] for e in results.get("empty_state", [])}
-    rows = ["| case | state | recompute | resume (median, spread) | resume / floor | resume / recompute "
-            "| on empty state | the state's cost (resume less empty state) / the state at 200 MB/s "
-            "| split of the median resume |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| case | state | recompute | floor | on empty state | resume (median, spread) | resume / floor "
+            "| the goal: floor + the state at 200 MB/s | the state's cost: resume less empty state | "
+            "resume / recompute | split of the median resume |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for case in results["sizes"]:
         resumes = sorted(case["resumes"], key=lambda r: r["seconds"])
         median = resumes[len(resumes) // 2]
-        start = empty.get((case["kind"], case["backend"]))
-        cost = (f"{case['resume_median_seconds'] - start:+.1f} s / {case['state_bytes'] / 200e6:.1f} s"
-                if start is not None else "")
+        load_s = case["state_bytes"] / 200e6
+        goal = case["floor_median_seconds"] + load_s
         rows.append(f"| {case['kind']} {case['keys']:,} keys, {case['backend']} | {case['state_bytes'] / 2**20:,.0f} MiB "
-                    f"| {case['recompute']['seconds']:.1f} s | {case['resume_median_seconds']:.1f} s "
+                    f"| {case['recompute']['seconds']:.1f} s | {case['floor_median_seconds']:.1f} s "
+                    f"| {case['empty_state_median_seconds']:.1f} s | {case['resume_median_seconds']:.1f} s "
                     f"({case['resume_spread_seconds'][0]:.1f} to {case['resume_spread_seconds'][1]:.1f}) "
-                    f"| {case['resume_median_seconds'] / floor_s:.2f} | {case['ratio_to_recompute']:.2f} "
-                    f"| {f'{start:.1f} s' if start is not None else ''} | {cost} | {_split(median)} |")
+                    f"| {case['resume_over_floor']:.2f} | {goal:.1f} s "
+                    f"| {case['state_cost_seconds']:+.1f} s (the state at 200 MB/s: {load_s:.1f} s) "
+                    f"| {case['ratio_to_recompute']:.2f} | {_split(median)} |")
     for case in results["history"]:
+        ratio = next((v for k, v in case.items() if k.startswith("over_")), None)
         rows.append(f"| history: {case['keys']:,} keys in {case['batches']} batches, {case['backend']} "
-                    f"| {case['state_bytes'] / 2**20:,.0f} MiB | | {case['resume_median_seconds']:.1f} s | "
-                    f"{case['resume_median_seconds'] / floor_s:.2f} | | |")
+                    f"| {case['state_bytes'] / 2**20:,.0f} MiB | | | | {case['resume_median_seconds']:.1f} s | | | "
+                    f"{'' if ratio is None else f'{ratio:.2f}x the first history, pair by pair'} | | |")
     if results["intervals"]:
         rows += ["", "| snapshot interval | latency of a 1,000-row file, p50 / p99 | backlog rows/s | after kill -9: "
                      "resume, output lines replayed, state store changelog files replayed |",
@@ -499,20 +508,17 @@ def main() -> None:
     progress(f"working in {work}")
     backends = [b for b in args.backends.split(",") if b]
     s3 = S3(work / "s3.log") if "s3" in backends else None
-    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": [], "empty_state": []}
+    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": []}
     try:
-        results["floor"] = floor(work, args.rounds)
-        kinds = (["count"] if args.sizes.strip(",") else []) + (["dedup"] if args.dedup_keys else [])
-        results["empty_state"] = [empty_start(work, kind, backend, args.rounds, s3)
-                                  for backend in backends for kind in kinds]
         for backend in backends:
             for keys in [int(k) for k in args.sizes.split(",") if k]:
                 results["sizes"].append(size_case(work, "count", keys, backend, args.rounds, s3))
             if args.dedup_keys:
                 results["sizes"].append(size_case(work, "dedup", args.dedup_keys, backend, args.rounds, s3))
         if args.history_keys:
-            for batches in [int(b) for b in args.history_batches.split(",") if b]:
-                results["history"].append(history_case(work, args.history_keys, batches, backends[0], args.rounds, s3))
+            results["history"] = history_cases(work, args.history_keys,
+                                               [int(b) for b in args.history_batches.split(",") if b],
+                                               backends[0], args.rounds, s3)
         if args.interval_keys:
             for interval in [float(i) for i in args.intervals.split(",") if i]:
                 results["intervals"].append(interval_case(work, args.interval_keys, interval, backends[0],
