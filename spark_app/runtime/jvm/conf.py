@@ -17,6 +17,7 @@ from spark_app import contract
 from spark_app.persistence import Backend, Config
 from spark_app.runtime.jvm import state_stores
 
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 # tools/jars/java/dev/sparkapp/fs/InPlaceCheckpointFileManager.java: Spark's checkpoint on S3.
 IN_PLACE_CHECKPOINT_MANAGER = "dev.sparkapp.fs.InPlaceCheckpointFileManager"
@@ -36,7 +37,7 @@ _DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     # Fixed into a stateful query's checkpoint on its first batch; small suits one driver.
     "spark.sql.shuffle.partitions": "4",
-    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    STATE_STORE_PROVIDER: ROCKSDB_PROVIDER,
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # A store snapshots at least every 10 versions, and its last version once the snapshot
     # interval has passed (state_stores.snapshot_now); the maintenance interval (the

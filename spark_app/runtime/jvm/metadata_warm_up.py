@@ -16,9 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from spark_app.runtime.jvm.conf import ROCKSDB_PROVIDER
-
-PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+from spark_app.runtime.jvm.conf import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
 
 
 def start(spark: SparkSession, resumed_stateful: Iterable[bool]) -> Any:
@@ -28,5 +26,5 @@ def start(spark: SparkSession, resumed_stateful: Iterable[bool]) -> Any:
     stateful = list(resumed_stateful)
     if not stateful:
         return None
-    stores = any(stateful) and spark.conf.get(PROVIDER, None) == ROCKSDB_PROVIDER
+    stores = any(stateful) and spark.conf.get(STATE_STORE_PROVIDER, None) == ROCKSDB_PROVIDER
     return spark.sparkContext._jvm.dev.sparkapp.state.CheckpointMetadataWarmUp.start(stores)  # type: ignore[union-attr]

@@ -15,7 +15,8 @@ import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Options.CreateFileOptionKeys;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.s3a.RemoteFileChangedException;
-import software.amazon.awssdk.awscore.exception.AwsServiceException;
+
+import dev.sparkapp.fs.S3Errors;
 
 /**
  * Delta's LogStore for s3a:// tables with S3's put-if-absent: a table version's commit file
@@ -33,8 +34,6 @@ import software.amazon.awssdk.awscore.exception.AwsServiceException;
  * {@link RemoteFileChangedException}. Reads and listings are S3SingleDriverLogStore's.
  */
 public class S3PutIfAbsentLogStore extends S3SingleDriverLogStore {
-
-    private static final int PRECONDITION_FAILED = 412;
 
     public S3PutIfAbsentLogStore(Configuration initHadoopConf) {
         super(initHadoopConf);
@@ -57,7 +56,7 @@ public class S3PutIfAbsentLogStore extends S3SingleDriverLogStore {
                 .build()) {
             out.write(content);
         } catch (RemoteFileChangedException e) {
-            if (!preconditionFailed(e)) {
+            if (!S3Errors.preconditionFailed(e)) {
                 throw e;
             }
             // The AWS SDK retries a PUT whose response was lost; if the first attempt had
@@ -85,15 +84,5 @@ public class S3PutIfAbsentLogStore extends S3SingleDriverLogStore {
         try (FSDataInputStream in = fs.open(path)) {
             return in.readAllBytes();
         }
-    }
-
-    private static boolean preconditionFailed(Throwable error) {
-        for (Throwable cause = error; cause != null; cause = cause.getCause()) {
-            if (cause instanceof AwsServiceException
-                    && ((AwsServiceException) cause).statusCode() == PRECONDITION_FAILED) {
-                return true;
-            }
-        }
-        return false;
     }
 }

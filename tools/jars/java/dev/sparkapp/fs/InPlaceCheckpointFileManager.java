@@ -19,8 +19,6 @@ import org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedChe
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import software.amazon.awssdk.awscore.exception.AwsServiceException;
-
 /**
  * Spark's checkpoint files on an object store (S3A), written in place: the file appears
  * when its stream closes, and a cancelled stream is aborted, so nothing appears. Spark
@@ -50,7 +48,6 @@ import software.amazon.awssdk.awscore.exception.AwsServiceException;
 public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileManager {
 
     private static final Logger LOG = LoggerFactory.getLogger(InPlaceCheckpointFileManager.class);
-    private static final int PRECONDITION_FAILED = 412;
 
     private final FileSystem fs;
 
@@ -106,10 +103,9 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
             }
             ended = true;
             try {
-                super.flush();
                 out.close();
             } catch (IOException e) {
-                if (copy == null || status(e) != PRECONDITION_FAILED) {
+                if (copy == null || !S3Errors.preconditionFailed(e)) {
                     throw e;
                 }
                 // The AWS SDK retries a PUT whose response was lost; if the first attempt
@@ -183,17 +179,6 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
         public void close() throws IOException {
             out.close();
         }
-    }
-
-    /** The HTTP status of an S3 error somewhere in {@code e}'s causes, or 0 (S3A reports a
-     * conditional create that lost as RemoteFileChangedException, caused by HTTP 412). */
-    private static int status(Throwable e) {
-        for (Throwable cause = e; cause != null; cause = cause.getCause()) {
-            if (cause instanceof AwsServiceException) {
-                return ((AwsServiceException) cause).statusCode();
-            }
-        }
-        return 0;
     }
 
     /** Throws {@code e} from a method Scala declared without {@code throws}, as Scala would. */
