@@ -193,9 +193,14 @@ class Driver:
         snapshots.check_writable()
         self._snapshots = snapshots
         spark = self._pipeline.spark()
-        apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, config.spark_conf),
-                           requested=config.spark_conf)
         environment = self._pipeline.environment
+        # What the user asked of Spark outlasts the backend's defaults: a local run's
+        # SPARK_APP_SPARK_CONF as the pipeline's own settings (under the operator both are the
+        # pipeline's sparkConf). The session started with the former, so only the latter can
+        # have come too late to be warned about.
+        requested = {**environment.spark_conf, **config.spark_conf}
+        apply_runtime_conf(spark, spark_conf(config.snapshot_storage, config.snapshot_interval_ms, requested),
+                           requested=config.spark_conf)
         holder = Holder.this_process(config.pipeline or os.path.basename(environment.pipeline_file))
         self._reporter = PodReporter.for_pod(environment.pod_name, environment.pod_namespace)
         self._session = StateSession.open(metadata, self._pipeline.manifest(), holder=holder,

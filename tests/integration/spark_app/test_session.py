@@ -34,6 +34,7 @@ from tests.integration.spark_app.harness import (
 )
 from tests.integration.spark_app.words import expected_counts, rows
 from tests.support.kafka import KafkaBroker, Message
+from tests.support.s3 import S3Server
 
 pytestmark = pytest.mark.spark
 
@@ -487,3 +488,35 @@ def test_a_file_copied_to_a_local_folder_is_verified_and_written_without_a_check
     (tmp_path / "source.sst").write_bytes(b"x" * 9_999 + b"y")
     with pytest.raises(Exception, match="ChecksumException"):
         fs.copyToLocalFile(source, jvm.org.apache.hadoop.fs.Path(str(tmp_path / "local" / "again.sst")))
+
+
+_HADOOP_CONF_PROBE = """
+import json, sys
+from pathlib import Path
+import spark_app as sa
+from spark_app.runtime.pipeline import current
+
+report, inputs, output, state, endpoint = sys.argv[1:]
+sa.io.jsonlines.write(sa.io.csv.read(inputs, schema="word STRING", persistent_id="words"), output)
+sa.run(persistence_config=sa.persistence.Config.simple_config(sa.persistence.Backend.from_uri(state, endpoint_url=endpoint)),
+       stop_when_idle=True)
+hadoop = current().spark()._jsc.hadoopConfiguration()
+Path(report).write_text(json.dumps({key: hadoop.get(key) for key in ("fs.s3a.retry.limit", "fs.s3a.endpoint")}))
+"""
+
+
+def test_a_local_runs_hadoop_settings_outlast_the_state_backends_own(tmp_path: Path, s3_server: S3Server) -> None:
+    """A local run's SPARK_APP_SPARK_CONF is what its user asked of Spark, as a pipeline's
+    sparkConf is under the operator: a ``spark.hadoop.*`` setting in it that the S3 state's
+    defaults also name (S3A's retries here) is kept once the driver applies those defaults
+    at its start, not silently replaced by them."""
+    pipeline, report, inputs = tmp_path / "probe.py", tmp_path / "report.json", tmp_path / "inputs"
+    pipeline.write_text(_HADOOP_CONF_PROBE)
+    write_csv(inputs, "part-0.csv", "word", ["a"])
+    state = f"s3://{s3_server.new_bucket()}/state"
+    driver = Driver([str(pipeline), str(report), str(inputs), str(tmp_path / "out.jsonlines"), state,
+                     s3_server.endpoint_url], tmp_path / "driver.log",
+                    spark_conf_env(**{"spark.hadoop.fs.s3a.retry.limit": "9"})).start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+    settings = json.loads(report.read_text())
+    assert settings == {"fs.s3a.retry.limit": "9", "fs.s3a.endpoint": s3_server.endpoint_url}, settings
