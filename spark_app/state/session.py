@@ -231,8 +231,10 @@ class StateSession:
                 if any(not c.compatible for c in changes):
                     raise IncompatibleChange(changes, storage.root_uri)
             digest = manifest.digest()
-            storage.create(join(MANIFESTS, f"{digest}.json"),
-                           json.dumps(manifest.to_json(), sort_keys=True).encode())
+            if stored is None or latest is None or latest.record.get("manifest") != digest:
+                # Stored under its digest: unchanged code read it back just now.
+                storage.create(join(MANIFESTS, f"{digest}.json"),
+                               json.dumps(manifest.to_json(), sort_keys=True).encode())
             state_id = latest.record.get("state_id") if latest else None
             record = _record("epoch", epoch, holder, clock, digest, heads,
                              {"host": holder.host, "pid": holder.pid, "pipeline": holder.pipeline},

@@ -15,6 +15,7 @@ from spark_app.state.identity import IncompatibleChange, SourceIdentity
 from spark_app.state.inspect import inspect
 from spark_app.state.log import PREFIX
 from spark_app.state.session import (
+    MANIFESTS,
     AlreadyRunning,
     Fenced,
     Holder,
@@ -159,6 +160,30 @@ def test_a_compatible_change_keeps_the_state(storage: Storage) -> None:
     moved = manifest()
     moved.sources["words"] = SourceIdentity("words", "jsonlines", "struct<word:string>", "/new/place")
     assert open_session(storage, clock, m=moved).heads["out"] == head(3)
+
+
+def test_a_resume_of_unchanged_code_stores_its_manifest_only_once(storage: Storage, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A manifest is stored under its digest: a driver whose code is unchanged reads it back
+    and does not send it again (on S3, a create-if-absent answered 412 on every start);
+    changed code stores its new one, which the next driver reads."""
+    clock = Clock()
+    open_session(storage, clock).close("done")
+    created: list[str] = []
+    create = storage.create
+
+    def recording_create(key: str, data: bytes) -> bool:
+        if key.startswith(MANIFESTS):
+            created.append(key)
+        return create(key, data)
+
+    monkeypatch.setattr(storage, "create", recording_create)
+    open_session(storage, clock).close("done")
+    assert created == []
+    moved = manifest()
+    moved.sources["words"] = SourceIdentity("words", "jsonlines", "struct<word:string>", "/new/place")
+    open_session(storage, clock, m=moved).close("done")
+    assert created == [f"{MANIFESTS}{moved.digest()}.json"]
+    assert open_session(storage, clock, m=moved).epoch == 4
 
 
 def test_inspect_reports_the_latest_commit_and_the_lease(storage: Storage) -> None:
