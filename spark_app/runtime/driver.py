@@ -40,6 +40,7 @@ from spark_app.runtime.commit import (
 )
 from spark_app.runtime.jvm import first_batch, metadata_warm_up, state_stores
 from spark_app.runtime.jvm.conf import spark_conf
+from spark_app.runtime.jvm.launch import AHEAD_OF_THE_USERS
 from spark_app.runtime.kafka_clients import parse_offsets
 from spark_app.runtime.pipeline import Pipeline, PipelineError
 from spark_app.runtime.plan import KeyNotInOutput
@@ -668,7 +669,7 @@ def apply_runtime_conf(spark: SparkSession, conf: dict[str, str], requested: Map
         # A SQL setting is read from the session, where a static one that the session was not
         # built with has its default: the SparkConf it started with does not list it.
         current = spark.conf.get(key, None) if key.startswith("spark.sql.") else started.get(key, value)
-        if current == value:
+        if current == value or (key in AHEAD_OF_THE_USERS and current is not None and current.endswith(value)):
             continue
         if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
             spark.conf.set(key, value)

@@ -40,6 +40,14 @@ log = logging.getLogger("spark_app")
 CONNECTION_INFO_ENV = "_PYSPARK_DRIVER_CONN_INFO_PATH"
 """Where Spark's PythonGatewayServer writes its port and secret (pyspark's launch_gateway)."""
 
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+EXECUTOR_CLASS_PATH = "spark.executor.extraClassPath"
+JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+LIBRARY_PATH = "spark.driver.extraLibraryPath"
+AHEAD_OF_THE_USERS = frozenset({DRIVER_CLASS_PATH, EXECUTOR_CLASS_PATH, JAVA_OPTIONS, LIBRARY_PATH})
+"""Settings a new JVM starts with spark_app's own value ahead of the user's: the user's took
+effect if the started value ends with it."""
+
 
 @dataclass(frozen=True)
 class JvmLaunch:
@@ -63,10 +71,13 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     # leaves behind.
     jars = jars_dir()
     classpath = os.path.join(jars, "*")
-    settings = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath,
-                **conf,
+    settings = {**conf,
                 # In Kubernetes execution, executors are built from the operator's pod template.
                 **contract.executor_pod_template_conf(os.environ, tempfile.gettempdir())}
+    # A pipeline's own jars (a JDBC driver, a UDF library) come after spark_app's, which
+    # its driver cannot start without.
+    for key in (DRIVER_CLASS_PATH, EXECUTOR_CLASS_PATH):
+        settings[key] = os.pathsep.join(filter(None, (classpath, conf.get(key))))
     environment: dict[str, str] = {}
     if not new_jvm:
         return JvmLaunch(settings, environment)
@@ -84,15 +95,15 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     # user's own java.io.tmpdir, in extraJavaOptions, comes later on the command line and wins.
     jvm_tmp = scratch.process_folder("jvm")
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
-    own = settings.get("spark.driver.defaultJavaOptions", "")
+    own = settings.get(JAVA_OPTIONS, "")
     archive = class_archive.archive_path(jars)  # a hash of the JVM and the jars: once
-    settings["spark.driver.defaultJavaOptions"] = " ".join(
+    settings[JAVA_OPTIONS] = " ".join(
         filter(None, (class_archive.java_options(archive), f"-Djava.io.tmpdir={jvm_tmp}", own)))
     # RocksDB's library from the folder unpacked once (native_library), ahead of the user's.
     libraries = class_archive.library_path(archive)
     if libraries is not None:
-        theirs = settings.get("spark.driver.extraLibraryPath")
-        settings["spark.driver.extraLibraryPath"] = os.pathsep.join(filter(None, (libraries, theirs)))
+        theirs = settings.get(LIBRARY_PATH)
+        settings[LIBRARY_PATH] = os.pathsep.join(filter(None, (libraries, theirs)))
     return JvmLaunch(settings, environment)
 
 

@@ -520,3 +520,32 @@ def test_a_local_runs_hadoop_settings_outlast_the_state_backends_own(tmp_path: P
     assert driver.wait() == 0, driver.output()[-3000:]
     settings = json.loads(report.read_text())
     assert settings == {"fs.s3a.retry.limit": "9", "fs.s3a.endpoint": s3_server.endpoint_url}, settings
+
+
+_CLASS_PATH_PROBE = """
+import json, sys
+from pathlib import Path
+from spark_app.runtime.pipeline import current
+
+jvm = current().spark().sparkContext._jvm
+loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+Path(sys.argv[1]).write_text(json.dumps({
+    "own": loader.getResource("dev/sparkapp/fs/NioLocalFileSystem.class") is not None,
+    "users": loader.getResource("users-resource.txt") is not None,
+}))
+"""
+
+
+def test_a_users_class_path_is_added_to_spark_apps_not_put_in_its_place(tmp_path: Path) -> None:
+    """A pipeline that adds its own jars or classes with spark.driver.extraClassPath (a JDBC
+    driver, a UDF library) replaced spark_app's jars folder with them, and its driver failed
+    on spark_app's first class; both are on the class path, spark_app's first."""
+    classes = tmp_path / "classes"
+    classes.mkdir()
+    (classes / "users-resource.txt").write_text("mine")
+    pipeline, report = tmp_path / "probe.py", tmp_path / "report.json"
+    pipeline.write_text(_CLASS_PATH_PROBE)
+    driver = Driver([str(pipeline), str(report)], tmp_path / "driver.log",
+                    spark_conf_env(**{"spark.driver.extraClassPath": str(classes)})).start()
+    assert driver.wait() == 0, driver.output()[-3000:]
+    assert json.loads(report.read_text()) == {"own": True, "users": True}

@@ -131,3 +131,10 @@ def test_rocksdbs_unpacked_library_goes_ahead_of_the_users_library_path(jars: Pa
     assert "spark.driver.extraLibraryPath" not in launch.prepare({}, new_jvm=False).settings
     monkeypatch.setattr(class_archive, "library_path", lambda _: None)
     assert "spark.driver.extraLibraryPath" not in launch.prepare({}, new_jvm=True).settings
+
+
+def test_a_users_class_path_comes_after_spark_apps_jars(jars: Path) -> None:
+    prepared = launch.prepare({"spark.driver.extraClassPath": "/opt/jdbc.jar",
+                               "spark.executor.extraClassPath": "/opt/udfs/*"}, new_jvm=True)
+    assert prepared.settings["spark.driver.extraClassPath"] == f"{jars}/*:/opt/jdbc.jar"
+    assert prepared.settings["spark.executor.extraClassPath"] == f"{jars}/*:/opt/udfs/*"

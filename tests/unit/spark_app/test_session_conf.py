@@ -80,3 +80,21 @@ def test_a_requested_static_sql_setting_that_came_too_late_is_warned_about(caplo
     assert session.hadoop == {"fs.s3a.connection.maximum": "4"}
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and "spark.sql.extensions=com.example.Extension" in warned[0], warned
+
+
+def test_a_launch_setting_the_jvm_started_with_behind_spark_apps_own_is_not_warned_about(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The JVM starts with spark_app's class path, java options and library path ahead of the
+    user's (launch.AHEAD_OF_THE_USERS): the user's value took effect, and was named in a
+    warning as come too late because the started value is not the user's alone."""
+    from spark_app.runtime.driver import apply_runtime_conf
+
+    requested = {"spark.driver.extraClassPath": "/opt/jdbc.jar", "spark.driver.defaultJavaOptions": "-Xss4m",
+                 "spark.driver.memory": "8g"}
+    started = {"spark.driver.extraClassPath": "/jars/*:/opt/jdbc.jar",
+               "spark.driver.defaultJavaOptions": "-Djava.io.tmpdir=/tmp/x -Xss4m", "spark.driver.memory": "2g"}
+    session = _FakeSession(started=started, sql={}, static=set())
+    with caplog.at_level("WARNING", logger="spark_app"):
+        apply_runtime_conf(session, requested, requested=requested)  # type: ignore[arg-type]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "spark.driver.memory=8g" in warned[0], warned
