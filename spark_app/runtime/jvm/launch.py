@@ -76,8 +76,8 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
                 **contract.executor_pod_template_conf(os.environ, tempfile.gettempdir())}
     # A pipeline's own jars (a JDBC driver, a UDF library) come after spark_app's, which
     # its driver cannot start without.
-    for key in (DRIVER_CLASS_PATH, EXECUTOR_CLASS_PATH):
-        settings[key] = os.pathsep.join(filter(None, (classpath, conf.get(key))))
+    _put_ahead(settings, DRIVER_CLASS_PATH, classpath, os.pathsep)
+    _put_ahead(settings, EXECUTOR_CLASS_PATH, classpath, os.pathsep)
     environment: dict[str, str] = {}
     if not new_jvm:
         return JvmLaunch(settings, environment)
@@ -95,16 +95,19 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     # user's own java.io.tmpdir, in extraJavaOptions, comes later on the command line and wins.
     jvm_tmp = scratch.process_folder("jvm")
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
-    own = settings.get(JAVA_OPTIONS, "")
     archive = class_archive.archive_path(jars)  # a hash of the JVM and the jars: once
-    settings[JAVA_OPTIONS] = " ".join(
-        filter(None, (class_archive.java_options(archive), f"-Djava.io.tmpdir={jvm_tmp}", own)))
+    _put_ahead(settings, JAVA_OPTIONS, " ".join(filter(None, (class_archive.java_options(archive),
+                                                              f"-Djava.io.tmpdir={jvm_tmp}"))), " ")
     # RocksDB's library from the folder unpacked once (native_library), ahead of the user's.
     libraries = class_archive.library_path(archive)
     if libraries is not None:
-        theirs = settings.get(LIBRARY_PATH)
-        settings[LIBRARY_PATH] = os.pathsep.join(filter(None, (libraries, theirs)))
+        _put_ahead(settings, LIBRARY_PATH, libraries, os.pathsep)
     return JvmLaunch(settings, environment)
+
+
+def _put_ahead(settings: dict[str, str], key: str, ours: str, separator: str) -> None:
+    """Sets ``key`` (one of AHEAD_OF_THE_USERS) to spark_app's value followed by the user's."""
+    settings[key] = separator.join(filter(None, (ours, settings.get(key))))
 
 
 def submit_command(home: str, settings: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
