@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ from bench.common import (  # noqa: E402
     stop_on_sigterm,
     write_results,
 )
+from bench.resume.round_trips import RoundTrips  # noqa: E402
 from localcluster.procs import free_port  # noqa: E402
 from spark_app.runtime.startup import LINE_PREFIX, parse  # noqa: E402
 
@@ -75,11 +77,13 @@ bound of a batch is 128 MiB), small enough that no file is read alone in blocks.
 # ---- where the state lives ------------------------------------------------------------------
 
 class S3:
-    """moto's S3 server in a process of its own on loopback, stopped by its pid."""
+    """moto's S3 server in a process of its own on loopback, stopped by its pid; with
+    ``round_trip_s``, the drivers reach it through a proxy that answers each request that
+    much later (`round_trips.py`), and the benchmark's own setup reaches it directly."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, round_trip_s: float = 0.0) -> None:
         self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._direct = f"http://127.0.0.1:{self.port}"
         self._log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self._process = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1",
@@ -94,11 +98,14 @@ class S3:
                     raise SystemExit(f"the S3 server did not start; see {log}") from None
                 time.sleep(0.2)
         os.environ.update(S3_CREDENTIALS)
+        self._round_trips = (RoundTrips(self.port, round_trip_s, log.with_name("s3-round-trips.log"))
+                             if round_trip_s else None)
+        self.endpoint = self._round_trips.endpoint if self._round_trips else self._direct
 
     def client(self) -> Any:
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+        return boto3.client("s3", endpoint_url=self._direct, region_name="us-east-1")
 
     def new_prefix(self) -> str:
         bucket = f"resume-{uuid.uuid4().hex[:10]}"
@@ -112,15 +119,20 @@ class S3:
             total += sum(item["Size"] for item in page.get("Contents", []))
         return total
 
-    def usage(self) -> tuple[float, int]:
+    def usage(self) -> tuple[float, Counter[str]]:
         """The server's CPU seconds so far (it shares the machine's cores with the driver) and
-        the requests it has logged (one line each)."""
+        the requests it has logged, by method (one line each: `"GET /bucket/key HTTP/1.1" 200`)."""
         cpu = process_cpu_seconds(self._process.pid)
         self._log.flush()
-        requests = sum(1 for line in self._log_path.read_bytes().splitlines() if b'HTTP/1.1"' in line)
-        return cpu, requests
+        methods: Counter[str] = Counter()
+        for line in self._log_path.read_bytes().splitlines():
+            if b' HTTP/1.1" ' in line:
+                methods[line.split(b'"', 2)[1].split(b" ", 1)[0].decode()] += 1
+        return cpu, methods
 
     def stop(self) -> None:
+        if self._round_trips is not None:
+            self._round_trips.stop()
         self._process.terminate()
         try:
             self._process.wait(10)
@@ -324,7 +336,9 @@ def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S
         resumed = timed_to_marker(case, f"resume-{number}", marker)
         if before is not None and s3 is not None:
             after = s3.usage()
-            resumed["s3_server"] = {"cpu_seconds": round(after[0] - before[0], 2), "requests": after[1] - before[1]}
+            methods = after[1] - before[1]
+            resumed["s3_server"] = {"cpu_seconds": round(after[0] - before[0], 2), "requests": methods.total(),
+                                    "by_method": dict(methods.most_common())}
         resumed.update(floor_s=floor_s, empty_state_s=empty["seconds"])
         resumes.append(resumed)
         server = (f"; S3 server {resumed['s3_server']['cpu_seconds']} CPU s, "
@@ -499,6 +513,8 @@ def main() -> None:
     parser.add_argument("--kill-after-s", type=float,
                         help="the interval cases' kill, seconds after the backlog's last output line "
                              "(default: a random moment of the next interval)")
+    parser.add_argument("--s3-round-trip-ms", type=float, default=0.0,
+                        help="hold each S3 answer back this long, as a real S3's round trip (default: none)")
     parser.add_argument("--work", help="a folder to work in (default: a new temporary one, removed at the end)")
     args = parser.parse_args()
     stop_on_sigterm()
@@ -506,8 +522,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     progress(f"working in {work}")
     backends = [b for b in args.backends.split(",") if b]
-    s3 = S3(work / "s3.log") if "s3" in backends else None
-    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": []}
+    s3 = S3(work / "s3.log", args.s3_round_trip_ms / 1000) if "s3" in backends else None
+    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": [], "s3_round_trip_ms": args.s3_round_trip_ms}
     try:
         for backend in backends:
             for keys in [int(k) for k in args.sizes.split(",") if k]:
