@@ -191,7 +191,11 @@ class Driver:
         retry = RetryPolicy(deadline_s=config.outage_budget_s)
         metadata = config.metadata_storage.storage(retry)
         snapshots = config.snapshot_storage.storage(retry)
-        snapshots.check_writable()
+        # StateSession.open probes the metadata's root; on S3 each probe is three requests,
+        # each a round trip of the start, so a root shared with it (the operator's) is not
+        # probed twice.
+        if config.snapshot_storage != config.metadata_storage:
+            snapshots.check_writable()
         self._snapshots = snapshots
         spark = self._pipeline.spark()
         environment = self._pipeline.environment

@@ -1,6 +1,7 @@
 """The session spark_app builds: what its Python workers run on, the class archive its JVM maps,
 what its start and first batches leave out (Scala's runtime reflection), what a resumed driver
-reads beside its start (Spark's checkpoint metadata), and the Kafka connector on its class path."""
+reads beside its start (Spark's checkpoint metadata), the requests its start makes of S3, and the
+Kafka connector on its class path."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.types import StructType
 
+from bench.resume.round_trips import RoundTrips
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm import class_archive, metadata_warm_up
 from spark_app.runtime.jvm.conf import spark_conf
@@ -520,6 +522,27 @@ def test_a_local_runs_hadoop_settings_outlast_the_state_backends_own(tmp_path: P
     assert driver.wait() == 0, driver.output()[-3000:]
     settings = json.loads(report.read_text())
     assert settings == {"fs.s3a.retry.limit": "9", "fs.s3a.endpoint": s3_server.endpoint_url}, settings
+
+
+def test_a_driver_on_s3_probes_that_its_state_is_writable_once(tmp_path: Path, s3_server: S3Server) -> None:
+    """Each request of a start waits a round trip on S3. The state's metadata and its
+    snapshots share one root (under the operator always): the state session's probe of that
+    root (a HEAD of the bucket, a probe object written and deleted) covers both, and the
+    driver does not probe it again. Seen through a proxy that logs every request."""
+    pipeline, report, inputs = tmp_path / "probe.py", tmp_path / "report.json", tmp_path / "inputs"
+    pipeline.write_text(_HADOOP_CONF_PROBE)
+    write_csv(inputs, "part-0.csv", "word", ["a"])
+    bucket = s3_server.new_bucket()
+    requests = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, tmp_path / "requests.log")
+    try:
+        driver = Driver([str(pipeline), str(report), str(inputs), str(tmp_path / "out.jsonlines"),
+                         f"s3://{bucket}/state", requests.endpoint], tmp_path / "driver.log", spark_conf_env()).start()
+        assert driver.wait() == 0, driver.output()[-3000:]
+    finally:
+        requests.stop()
+    lines = [line.split(" ", 2)[2] for line in (tmp_path / "requests.log").read_text().splitlines()]
+    assert lines.count(f"PUT /{bucket}/state/.probe/writable HTTP/1.1") == 1, lines
+    assert lines.count(f"HEAD /{bucket} HTTP/1.1") == 1, lines
 
 
 _CLASS_PATH_PROBE = """
