@@ -23,13 +23,14 @@ from localcluster.procs import free_port
 
 
 class RoundTrips:
-    """Forwards 127.0.0.1:``port`` to the server at ``target_port``, each answer ``delay_s`` late."""
+    """Forwards 127.0.0.1:``port`` to the server at ``target_port``, each answer ``delay_s``
+    late (a setting that may change between runs)."""
 
     def __init__(self, target_port: int, delay_s: float, log: Path) -> None:
         self.port = free_port()
         self._log: IO[str] = open(log, "a", buffering=1)  # noqa: SIM115 - closed in stop()
         self._target_port = target_port
-        self._delay_s = delay_s
+        self.delay_s = delay_s
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="s3-round-trips", daemon=True)
@@ -75,7 +76,7 @@ class RoundTrips:
             while data := await server_in.read(1 << 16):
                 if asked.is_set():
                     asked.clear()
-                    await asyncio.sleep(self._delay_s)
+                    await asyncio.sleep(self.delay_s)
                     if sent:
                         began, line = sent.pop()
                         self._log.write(f"{began:.3f} {time.time():.3f} {line}\n")

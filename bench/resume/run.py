@@ -78,10 +78,11 @@ bound of a batch is 128 MiB), small enough that no file is read alone in blocks.
 
 class S3:
     """moto's S3 server in a process of its own on loopback, stopped by its pid; with
-    ``round_trip_s``, the drivers reach it through a proxy that answers each request that
-    much later (`round_trips.py`), and the benchmark's own setup reaches it directly."""
+    ``round_trips``, the drivers reach it through a proxy that answers each request a round
+    trip later (`round_trips.py`; ``round_trip_ms`` sets it), and the benchmark's own setup
+    reaches it directly."""
 
-    def __init__(self, log: Path, round_trip_s: float = 0.0) -> None:
+    def __init__(self, log: Path, round_trips: bool = False) -> None:
         self.port = free_port()
         self._direct = f"http://127.0.0.1:{self.port}"
         self._log_path = log
@@ -98,9 +99,14 @@ class S3:
                     raise SystemExit(f"the S3 server did not start; see {log}") from None
                 time.sleep(0.2)
         os.environ.update(S3_CREDENTIALS)
-        self._round_trips = (RoundTrips(self.port, round_trip_s, log.with_name("s3-round-trips.log"))
-                             if round_trip_s else None)
+        self._round_trips = RoundTrips(self.port, 0.0, log.with_name("s3-round-trips.log")) if round_trips else None
         self.endpoint = self._round_trips.endpoint if self._round_trips else self._direct
+
+    def round_trip(self, ms: float) -> None:
+        if self._round_trips is not None:
+            self._round_trips.delay_s = ms / 1000
+        elif ms:
+            raise ValueError("this S3 server was started without round trips")
 
     def client(self) -> Any:
         import boto3
@@ -314,7 +320,11 @@ def empty_once(work: Path, kind: str, backend: str, name: str, s3: S3 | None) ->
     return timed_to_marker(case, "start", write_marker(case))
 
 
-def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S3 | None) -> dict[str, Any]:
+def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S3 | None,
+              round_trips_ms: list[float]) -> dict[str, Any]:
+    """The history built once, then ``rounds`` rounds of a floor, an empty-state start and a
+    resume; on S3 a resume at each of ``round_trips_ms`` in turn (the figures at the first;
+    the others as ratios to it, pair by pair)."""
     case = new_case(work, f"{kind}-{keys}-{backend}", kind, backend, s3)
     files = max(1, keys // KEYS_PER_FILE)
     progress(f"{case.name}: writing {keys:,} keys in {files} files")
@@ -325,26 +335,33 @@ def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S
     progress(f"{case.name}: recomputed in {recompute['seconds']:.1f} s; letting the state settle")
     run_until_idle(case, "settle")  # whatever the stop left in flight; then a snapshot is at most an interval old
     state_bytes = case.state_bytes()
-    resumes = []
+    resumes: list[dict[str, Any]] = []
+    others: dict[str, list[dict[str, Any]]] = {}
     for number in range(rounds):
         # The references in the same round, right before the resume: this machine's speed
         # drifts by the hour, and a reference measured minutes apart compared with the drift.
+        delays = round_trips_ms if case.s3 else round_trips_ms[:1]
+        if case.s3 and s3:
+            s3.round_trip(delays[0])
         floor_s = floor_once(work, f"{case.name}-{number}")
         empty = empty_once(work, kind, backend, f"{case.name}-{number}", s3)
-        marker = write_marker(case)
-        before = s3.usage() if case.s3 and s3 else None
-        resumed = timed_to_marker(case, f"resume-{number}", marker)
-        if before is not None and s3 is not None:
-            after = s3.usage()
-            methods = after[1] - before[1]
-            resumed["s3_server"] = {"cpu_seconds": round(after[0] - before[0], 2), "requests": methods.total(),
-                                    "by_method": dict(methods.most_common())}
-        resumed.update(floor_s=floor_s, empty_state_s=empty["seconds"])
-        resumes.append(resumed)
-        server = (f"; S3 server {resumed['s3_server']['cpu_seconds']} CPU s, "
-                  f"{resumed['s3_server']['requests']} requests" if "s3_server" in resumed else "")
+        for delay in delays:
+            if case.s3 and s3:
+                s3.round_trip(delay)
+            resumed = resume_once(case, f"resume-{number}" + (f"-rtt{delay:g}ms" if delay else ""), s3)
+            if delay != delays[0]:
+                others.setdefault(f"{delay:g}", []).append(resumed)
+                progress(f"{case.name}: round {number + 1}/{rounds}: resume with {delay:g} ms a request "
+                         f"{resumed['seconds']:.1f} s ({_split(resumed)}{_server(resumed)})")
+                continue
+            resumed.update(floor_s=floor_s, empty_state_s=empty["seconds"])
+            resumes.append(resumed)
+        if case.s3 and s3:
+            s3.round_trip(round_trips_ms[0])  # the history and interval cases run at the first
+        first = resumes[-1]
         progress(f"{case.name}: round {number + 1}/{rounds}: floor {floor_s:.1f} s, on empty state "
-                 f"{empty['seconds']:.1f} s, resume {resumed['seconds']:.1f} s ({_split(resumed)}{server})")
+                 f"{empty['seconds']:.1f} s, resume{f' with {delays[0]:g} ms a request' if delays[0] else ''} "
+                 f"{first['seconds']:.1f} s ({_split(first)}{_server(first)})")
     median = statistics.median(r["seconds"] for r in resumes)
     return {"case": case.name, "kind": kind, "keys": keys, "backend": backend, "history_files": files,
             "state_bytes": state_bytes, "recompute": recompute, "resumes": resumes,
@@ -354,7 +371,31 @@ def size_case(work: Path, kind: str, keys: int, backend: str, rounds: int, s3: S
             "empty_state_median_seconds": statistics.median(r["empty_state_s"] for r in resumes),
             "resume_over_floor": statistics.median(r["seconds"] / r["floor_s"] for r in resumes),
             "state_cost_seconds": statistics.median(r["seconds"] - r["empty_state_s"] for r in resumes),
-            "ratio_to_recompute": round(median / recompute["seconds"], 3)}
+            "ratio_to_recompute": round(median / recompute["seconds"], 3),
+            "s3_round_trip_ms": round_trips_ms[0] if case.s3 else None,
+            "at_other_round_trips": {
+                delay: {"resumes": runs, "resume_median_seconds": statistics.median(r["seconds"] for r in runs),
+                        "over_first_round_trip": statistics.median(r["seconds"] / f["seconds"]
+                                                                   for r, f in zip(runs, resumes, strict=True))}
+                for delay, runs in others.items()}}
+
+
+def resume_once(case: Case, what: str, s3: S3 | None) -> dict[str, Any]:
+    """One resume with one new file, and on S3 what the server did meanwhile."""
+    marker = write_marker(case)
+    before = s3.usage() if case.s3 and s3 else None
+    resumed = timed_to_marker(case, what, marker)
+    if before is not None and s3 is not None:
+        after = s3.usage()
+        methods = after[1] - before[1]
+        resumed["s3_server"] = {"cpu_seconds": round(after[0] - before[0], 2), "requests": methods.total(),
+                                "by_method": dict(methods.most_common())}
+    return resumed
+
+
+def _server(run: dict[str, Any]) -> str:
+    server = run.get("s3_server")
+    return f"; S3 server {server['cpu_seconds']} CPU s, {server['requests']} requests" if server else ""
 
 
 def history_cases(work: Path, keys: int, batch_counts: list[int], backend: str, rounds: int,
@@ -482,6 +523,10 @@ def table(results: dict[str, Any]) -> str:
                     f"| {case['resume_over_floor']:.2f} | {goal:.1f} s "
                     f"| {case['state_cost_seconds']:+.1f} s (the state at 200 MB/s: {load_s:.1f} s) "
                     f"| {case['ratio_to_recompute']:.2f} | {_split(median)} |")
+        for delay, other in case.get("at_other_round_trips", {}).items():
+            rows.append(f"| {case['kind']} {case['keys']:,} keys, {case['backend']}, {delay} ms a request | | | | "
+                        f"| {other['resume_median_seconds']:.1f} s | | | {other['over_first_round_trip']:.2f}x the "
+                        f"resume at {case['s3_round_trip_ms']:g} ms, pair by pair | | |")
     for case in results["history"]:
         rows.append(f"| history: {case['keys']:,} keys in {case['batches']} batches, {case['backend']} "
                     f"| {case['state_bytes'] / 2**20:,.0f} MiB | | | | {case['resume_median_seconds']:.1f} s | | | "
@@ -513,8 +558,9 @@ def main() -> None:
     parser.add_argument("--kill-after-s", type=float,
                         help="the interval cases' kill, seconds after the backlog's last output line "
                              "(default: a random moment of the next interval)")
-    parser.add_argument("--s3-round-trip-ms", type=float, default=0.0,
-                        help="hold each S3 answer back this long, as a real S3's round trip (default: none)")
+    parser.add_argument("--s3-round-trip-ms", default="0",
+                        help="hold each S3 answer back this long, as a real S3's round trip; a list (0,20) "
+                             "resumes each size's S3 case at each in turn (default: 0, no proxy)")
     parser.add_argument("--work", help="a folder to work in (default: a new temporary one, removed at the end)")
     args = parser.parse_args()
     stop_on_sigterm()
@@ -522,14 +568,16 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     progress(f"working in {work}")
     backends = [b for b in args.backends.split(",") if b]
-    s3 = S3(work / "s3.log", args.s3_round_trip_ms / 1000) if "s3" in backends else None
-    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": [], "s3_round_trip_ms": args.s3_round_trip_ms}
+    round_trips_ms = [float(ms) for ms in args.s3_round_trip_ms.split(",") if ms]
+    s3 = S3(work / "s3.log", round_trips=any(round_trips_ms)) if "s3" in backends else None
+    results: dict[str, Any] = {"sizes": [], "history": [], "intervals": [], "s3_round_trips_ms": round_trips_ms}
     try:
         for backend in backends:
             for keys in [int(k) for k in args.sizes.split(",") if k]:
-                results["sizes"].append(size_case(work, "count", keys, backend, args.rounds, s3))
+                results["sizes"].append(size_case(work, "count", keys, backend, args.rounds, s3, round_trips_ms))
             if args.dedup_keys:
-                results["sizes"].append(size_case(work, "dedup", args.dedup_keys, backend, args.rounds, s3))
+                results["sizes"].append(size_case(work, "dedup", args.dedup_keys, backend, args.rounds, s3,
+                                                  round_trips_ms))
         if args.history_keys:
             results["history"] = history_cases(work, args.history_keys,
                                                [int(b) for b in args.history_batches.split(",") if b],
