@@ -134,23 +134,25 @@ class FileIndex:
         raise IndexCorrupted(f"{self._prefix}: segments kept vanishing while loading the file index")
 
     def _load(self) -> None:
-        files: list[FileEntry] = []
-        read_as: list[str | None] = []
-        segment_count = 0
         keys = self._storage.list(self._prefix)
         bases = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and m.group(1))
         segments = sorted((int(m.group(2)), k) for k in keys if (m := _SEGMENT.search(k)) and not m.group(1))
-        if bases:
+        base_end = bases[-1][0] if bases else 0
+        # A file keeps its number for ever, so the view loaded before holds still: only what
+        # was admitted after it is read (a query's commit reloads; on S3 each segment read is
+        # a round trip, and up to COMPACT_AFTER of them wait between two compactions), or
+        # the base, where one reaches past the view.
+        files, read_as = (list(self._files), list(self._read_as)) if self._loaded else ([], [])
+        if base_end > len(files):
             files, read_as = self._read_segment(bases[-1][1], expected_start=0)
         for start, key in segments:
             if start < len(files):
-                continue  # already inside the base
+                continue  # held already, in the view or inside the base
             segment_files, segment_read_as = self._read_segment(key, expected_start=len(files))
             files += segment_files
             read_as += segment_read_as
-            segment_count += 1
         self._files, self._read_as, self._known = files, read_as, {f.path for f in files}
-        self._segments = segment_count
+        self._segments = sum(1 for start, _ in segments if start >= base_end)
         self._loaded = True
 
     def _covering_base(self, start: int) -> str | None:

@@ -171,3 +171,44 @@ def test_a_segment_from_before_read_as_reads_as_unrecorded(storage: Storage) -> 
     assert index.read_as(0, 1) == [None]
     assert index.admit([entry("a.csv", 1), entry("b.csv", 2)], read_as="csv") == 2
     assert FileIndex(storage, "src").read_as(0, 2) == [None, "csv"]
+
+
+class _Counted:
+    """The storage, with the keys it was asked to read."""
+
+    def __init__(self, inner: Storage) -> None:
+        self._inner = inner
+        self.reads: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def read(self, key: str) -> bytes:
+        self.reads.append(key.rsplit("/", 1)[-1])
+        return self._inner.read(key)
+
+
+def test_a_reload_reads_only_what_was_admitted_since_the_view_was_loaded(storage: Storage) -> None:
+    """A query's commit reloads the index its source admitted through: on S3 each segment
+    read is a round trip, and between two compactions up to COMPACT_AFTER segments lie in
+    the chain."""
+    writer = FileIndex(storage, "src", compact_after=4)
+    for i in range(3):
+        writer.admit([entry(f"f{i}.csv", i)])
+    counted = _Counted(storage)
+    commits = FileIndex(counted, "src", compact_after=4)  # type: ignore[arg-type]
+    assert [f.path for f in commits.files(0, 3)] == ["f0.csv", "f1.csv", "f2.csv"]
+    assert counted.reads == ["000000000000.json", "000000000001.json", "000000000002.json"]
+
+    counted.reads.clear()
+    writer.admit([entry("f3.csv", 3)])  # the writer compacts: base-000000000004 holds all four
+    writer.admit([entry("f4.csv", 4)])
+    assert [f.path for f in commits.files(3, 5)] == ["f3.csv", "f4.csv"]
+    assert counted.reads == ["base-000000000004.json", "000000000004.json"]  # the base reaches past the view
+
+    counted.reads.clear()
+    writer.admit([entry("f5.csv", 5)])
+    assert [f.path for f in commits.files(0, 6)] == [f"f{i}.csv" for i in range(6)]
+    assert counted.reads == ["000000000005.json"]
+    commits.reload()
+    assert counted.reads == ["000000000005.json"]  # nothing new: a listing, no read
