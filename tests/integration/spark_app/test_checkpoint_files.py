@@ -20,6 +20,7 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
+from bench.resume.round_trips import RoundTrips
 from spark_app.persistence import Backend
 from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.jvm.session import build_session
@@ -134,6 +135,25 @@ def test_a_checkpoint_file_appears_whole_when_closed_and_never_when_cancelled(sp
     assert checkpoint.read("state/checkpoints/q/offsets/7") == b"v1\nfirst"
     checkpoint.written("state/checkpoints/q/offsets/7", b"v1\nsecond", overwrite=True).close()
     assert checkpoint.read("state/checkpoints/q/offsets/7") == b"v1\nsecond"
+
+
+def test_a_state_store_file_is_written_over_in_one_request(spark: SparkSession, s3_server: S3Server,
+                                                          tmp_path: Path) -> None:
+    """A state store's changelog, snapshot and checksum files are written over whatever is
+    there, every batch; S3A listed each path first (a file must not go over a directory),
+    a round trip of every write that Spark's file names never need. Seen through a proxy
+    that logs every request."""
+    requests = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, tmp_path / "requests.log")
+    try:
+        checkpoint = Checkpoint(spark, s3_server, requests.endpoint)
+        log = tmp_path / "requests.log"
+        before = len(log.read_text().splitlines())
+        checkpoint.written("state/checkpoints/q/state/0/0/2.changelog", b"changes", overwrite=True).close()
+        written = [line.split(" ", 2)[2] for line in log.read_text().splitlines()[before:]]
+    finally:
+        requests.stop()
+    assert written == [f"PUT /{checkpoint.bucket}/state/checkpoints/q/state/0/0/2.changelog HTTP/1.1"]
+    assert checkpoint.read("state/checkpoints/q/state/0/0/2.changelog") == b"changes"
 
 
 def test_a_querys_checkpoint_managers_share_the_drivers_one_s3_file_system(spark: SparkSession,
