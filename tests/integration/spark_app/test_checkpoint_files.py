@@ -86,6 +86,11 @@ class Checkpoint:
             return None
 
 
+def requests_of(log: Path, since: int) -> list[str]:
+    """The request lines a logging proxy saw after its first ``since``."""
+    return [line.split(" ", 2)[2] for line in log.read_text().splitlines()[since:]]
+
+
 def test_a_checkpoint_file_whose_upload_fails_fails_its_writer(spark: SparkSession, s3_server: S3Server,
                                                               outage: Outage) -> None:
     """S3A uploads a small file as its stream closes: an outage then is the writer's error.
@@ -149,11 +154,49 @@ def test_a_state_store_file_is_written_over_in_one_request(spark: SparkSession, 
         log = tmp_path / "requests.log"
         before = len(log.read_text().splitlines())
         checkpoint.written("state/checkpoints/q/state/0/0/2.changelog", b"changes", overwrite=True).close()
-        written = [line.split(" ", 2)[2] for line in log.read_text().splitlines()[before:]]
+        written = requests_of(log, before)
     finally:
         requests.stop()
     assert written == [f"PUT /{checkpoint.bucket}/state/checkpoints/q/state/0/0/2.changelog HTTP/1.1"]
     assert checkpoint.read("state/checkpoints/q/state/0/0/2.changelog") == b"changes"
+
+
+def test_a_file_found_is_opened_with_the_status_its_existence_check_got(spark: SparkSession, s3_server: S3Server,
+                                                                        tmp_path: Path) -> None:
+    """Spark asks whether a metadata log's or a state store's file exists, then opens it;
+    S3A asked for the file's status again to open it, a round trip of every such file as a
+    query resumes."""
+    log = tmp_path / "requests.log"
+    requests = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, log)
+    try:
+        checkpoint = Checkpoint(spark, s3_server, requests.endpoint)
+        checkpoint.s3.put_object(Bucket=checkpoint.bucket, Key="state/checkpoints/q/offsets/7", Body=b"v1\n{}")
+        before = len(log.read_text().splitlines())
+        path = checkpoint.path("state/checkpoints/q/offsets/7")
+        assert checkpoint.manager.exists(path)
+        read = bytes(checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(checkpoint.manager.open(path)))
+        seen = requests_of(log, before)
+    finally:
+        requests.stop()
+    assert read == b"v1\n{}"
+    key = f"/{checkpoint.bucket}/state/checkpoints/q/offsets/7"
+    assert seen == [f"HEAD {key} HTTP/1.1", f"GET {key} HTTP/1.1"]
+
+
+def test_a_file_written_over_between_its_existence_check_and_its_open_is_never_read_stale(
+        spark: SparkSession, s3_server: S3Server) -> None:
+    """The status that the check got describes an object no longer there: the read fails,
+    as it does between S3A's own status request and its read, rather than return the old
+    bytes or the new ones cut to the old length."""
+    checkpoint = Checkpoint(spark, s3_server, s3_server.endpoint_url)
+    key = "state/checkpoints/q/state/0/0/_metadata/schema"
+    checkpoint.s3.put_object(Bucket=checkpoint.bucket, Key=key, Body=b"first")
+    path = checkpoint.path(key)
+    assert checkpoint.manager.exists(path)
+    checkpoint.s3.put_object(Bucket=checkpoint.bucket, Key=key, Body=b"second, and longer")
+    with pytest.raises(Py4JJavaError) as changed:
+        checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(checkpoint.manager.open(path))
+    assert "RemoteFileChangedException" in str(changed.value.java_exception), changed.value
 
 
 def test_a_querys_checkpoint_managers_share_the_drivers_one_s3_file_system(spark: SparkSession,

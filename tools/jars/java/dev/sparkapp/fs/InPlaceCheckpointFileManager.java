@@ -1,19 +1,23 @@
 package dev.sparkapp.fs;
 
 import java.io.ByteArrayOutputStream;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.util.Arrays;
+import java.util.concurrent.TimeUnit;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonPathCapabilities;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileAlreadyExistsException;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Options.CreateFileOptionKeys;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.UnsupportedFileSystemException;
+import org.apache.hadoop.util.functional.FutureIO;
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream;
 import org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager;
 import org.slf4j.Logger;
@@ -43,8 +47,15 @@ import org.slf4j.LoggerFactory;
  * driver held eight. Here every manager uses Hadoop's cached file system for the bucket.
  * <li>A file written over (a state store's) is uploaded without S3A's listing of its path
  * first: one request, not two.
+ * <li>Spark asks whether a file exists, then opens it (its metadata logs, a state store's
+ * schema and snapshot files: 10 to 15 files one after another as a query resumes), and S3A
+ * asks S3 for the file's status each time. Here an open right after {@code exists} on the
+ * same thread reads with the status that {@code exists} got: one request fewer, a round
+ * trip on S3. S3A reads it only if the object is still the one that status describes
+ * (its ETag); one written over meanwhile fails the read, as it would between S3A's own
+ * status request and its read.
  * </ul>
- * The other operations (list, mkdirs, open, exists, delete) are Spark's
+ * The other operations (list, mkdirs, delete) are Spark's
  * {@code FileSystemBasedCheckpointFileManager}'s.
  */
 public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileManager {
@@ -54,7 +65,15 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
     /** S3A's Constants.FS_S3A_CREATE_PERFORMANCE, an option of one create (hadoop-aws 3.4). */
     static final String S3A_CREATE_PERFORMANCE = "fs.s3a.create.performance";
 
+    /** How long after {@code exists} an open of the same file on the same thread may use its status. */
+    static final long FOUND_FOR_NANOS = TimeUnit.SECONDS.toNanos(1);
+
     private final FileSystem fs;
+    private final ThreadLocal<Found> found = new ThreadLocal<>();
+
+    /** A file's status as {@code exists} got it, and when. */
+    private record Found(Path path, FileStatus status, long atNanos) {
+    }
 
     public InPlaceCheckpointFileManager(Path path, Configuration hadoopConf) throws IOException {
         super(path, hadoopConf);
@@ -62,6 +81,36 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
         if (!fs.hasPathCapability(path, CommonPathCapabilities.ABORTABLE_STREAM)) {
             throw new UnsupportedFileSystemException(getClass().getSimpleName() + " needs a file system whose "
                     + "output streams can be aborted (S3A); " + path + " is on " + fs.getClass().getName());
+        }
+    }
+
+    @Override
+    public boolean exists(Path path) {
+        found.remove();
+        try {
+            FileStatus status = fs.getFileStatus(path);  // S3A's exists asks the same probes
+            if (status.isFile()) {
+                found.set(new Found(path, status, System.nanoTime()));
+            }
+            return true;
+        } catch (FileNotFoundException e) {
+            return false;
+        } catch (IOException e) {
+            throw rethrown(e);
+        }
+    }
+
+    @Override
+    public FSDataInputStream open(Path path) {
+        Found last = found.get();
+        found.remove();
+        try {
+            if (last != null && last.path().equals(path) && System.nanoTime() - last.atNanos() < FOUND_FOR_NANOS) {
+                return FutureIO.awaitFuture(fs.openFile(path).withFileStatus(last.status()).build());
+            }
+            return fs.open(path);
+        } catch (IOException e) {
+            throw rethrown(e);
         }
     }
 
