@@ -91,6 +91,15 @@ class RoundTrips:
             server_out.close()
 
     def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close_connections(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._log.close()
+
+    async def _close_connections(self) -> None:
+        """Ends the connections still open (a client's pool keeps them), so that none is
+        left pending when the loop stops."""
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
