@@ -183,6 +183,34 @@ def test_a_file_found_is_opened_with_the_status_its_existence_check_got(spark: S
     assert seen == [f"HEAD {key} HTTP/1.1", f"GET {key} HTTP/1.1"]
 
 
+def test_a_state_store_file_found_is_opened_with_that_status_from_the_checksum_managers_threads(
+        spark: SparkSession, s3_server: S3Server, tmp_path: Path) -> None:
+    """A state store's files go through Spark's checksum manager, which opens a file and its
+    checksum on threads of its own, not the thread that asked whether the file exists."""
+    log = tmp_path / "requests.log"
+    requests = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, log)
+    try:
+        checkpoint = Checkpoint(spark, s3_server, requests.endpoint)
+        checksums = getattr(checkpoint.jvm, f"{CHECKPOINTING}.ChecksumCheckpointFileManager")(
+            checkpoint.manager, True, 4, True)
+        path = checkpoint.path("state/checkpoints/q/state/0/0/6.zip")
+        stream = checksums.createAtomic(path, True)
+        stream.write(bytearray(b"a snapshot"))
+        stream.close()
+        before = len(log.read_text().splitlines())
+        assert checksums.exists(path)
+        opened = checksums.open(path)
+        read = bytes(checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(opened))
+        opened.close()  # verifies the checksum
+        seen = sorted(requests_of(log, before))
+    finally:
+        requests.stop()
+    assert read == b"a snapshot"
+    key = f"/{checkpoint.bucket}/state/checkpoints/q/state/0/0/6.zip"
+    assert seen == sorted([f"HEAD {key} HTTP/1.1", f"GET {key} HTTP/1.1",
+                           f"HEAD {key}.crc HTTP/1.1", f"GET {key}.crc HTTP/1.1"])
+
+
 def test_a_file_written_over_between_its_existence_check_and_its_open_is_never_read_stale(
         spark: SparkSession, s3_server: S3Server) -> None:
     """The status that the check got describes an object no longer there: the read fails,

@@ -5,6 +5,8 @@ import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.util.Arrays;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.hadoop.conf.Configuration;
@@ -49,11 +51,12 @@ import org.slf4j.LoggerFactory;
  * first: one request, not two.
  * <li>Spark asks whether a file exists, then opens it (its metadata logs, a state store's
  * schema and snapshot files: 10 to 15 files one after another as a query resumes), and S3A
- * asks S3 for the file's status each time. Here an open right after {@code exists} on the
- * same thread reads with the status that {@code exists} got: one request fewer, a round
- * trip on S3. S3A reads it only if the object is still the one that status describes
- * (its ETag); one written over meanwhile fails the read, as it would between S3A's own
- * status request and its read.
+ * asks S3 for the file's status each time. Here an open within a second of {@code exists}
+ * reads with the status that {@code exists} got: one request fewer, a round trip on S3.
+ * The open may come from another thread (Spark's checksum manager opens a file and its
+ * checksum on threads of its own), so the statuses are kept by path. S3A reads the file
+ * only if the object is still the one that status describes (its ETag); one written over
+ * meanwhile fails the read, as it would between S3A's own status request and its read.
  * </ul>
  * The other operations (list, mkdirs, delete) are Spark's
  * {@code FileSystemBasedCheckpointFileManager}'s.
@@ -65,14 +68,21 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
     /** S3A's Constants.FS_S3A_CREATE_PERFORMANCE, an option of one create (hadoop-aws 3.4). */
     static final String S3A_CREATE_PERFORMANCE = "fs.s3a.create.performance";
 
-    /** How long after {@code exists} an open of the same file on the same thread may use its status. */
+    /** How long after {@code exists} an open of the same file may use the status it got. */
     static final long FOUND_FOR_NANOS = TimeUnit.SECONDS.toNanos(1);
 
+    /** Past this many statuses not yet opened, the ones older than FOUND_FOR_NANOS go. */
+    private static final int FOUND_KEPT = 64;
+
     private final FileSystem fs;
-    private final ThreadLocal<Found> found = new ThreadLocal<>();
+    private final Map<Path, Found> found = new ConcurrentHashMap<>();
 
     /** A file's status as {@code exists} got it, and when. */
-    private record Found(Path path, FileStatus status, long atNanos) {
+    private record Found(FileStatus status, long atNanos) {
+
+        boolean fresh(long nowNanos) {
+            return nowNanos - atNanos < FOUND_FOR_NANOS;
+        }
     }
 
     public InPlaceCheckpointFileManager(Path path, Configuration hadoopConf) throws IOException {
@@ -86,11 +96,15 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
 
     @Override
     public boolean exists(Path path) {
-        found.remove();
+        found.remove(path);
         try {
             FileStatus status = fs.getFileStatus(path);  // S3A's exists asks the same probes
             if (status.isFile()) {
-                found.set(new Found(path, status, System.nanoTime()));
+                long now = System.nanoTime();
+                if (found.size() >= FOUND_KEPT) {
+                    found.values().removeIf(kept -> !kept.fresh(now));  // found, never opened
+                }
+                found.put(path, new Found(status, now));
             }
             return true;
         } catch (FileNotFoundException e) {
@@ -102,10 +116,9 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
 
     @Override
     public FSDataInputStream open(Path path) {
-        Found last = found.get();
-        found.remove();
+        Found last = found.remove(path);
         try {
-            if (last != null && last.path().equals(path) && System.nanoTime() - last.atNanos() < FOUND_FOR_NANOS) {
+            if (last != null && last.fresh(System.nanoTime())) {
                 return FutureIO.awaitFuture(fs.openFile(path).withFileStatus(last.status()).build());
             }
             return fs.open(path);
