@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from spark_app.faults import IN_INDEX_COMPACTION, crash_point
 from spark_app.storage import FileEntry, NotFound, Storage, join
@@ -51,6 +52,7 @@ class _Vanished(Exception):
 
 
 _RELOAD_ATTEMPTS = 5
+_READS_AT_ONCE = 8
 
 class FileIndex:
     def __init__(self, storage: Storage, persistent_id: str, compact_after: int = 0) -> None:
@@ -143,12 +145,17 @@ class FileIndex:
         # a round trip, and up to COMPACT_AFTER of them wait between two compactions), or
         # the base, where one reaches past the view.
         files, read_as = (list(self._files), list(self._read_as)) if self._loaded else ([], [])
-        if base_end > len(files):
-            files, read_as = self._read_segment(bases[-1][1], expected_start=0)
+        base = bases[-1][1] if base_end > len(files) else None
+        held = base_end if base else len(files)
+        # The keys name where each segment starts, so what is needed is known from the
+        # listing, and read at once: one round trip for the chain rather than one a segment.
+        data = self._read_all(([base] if base else []) + [key for start, key in segments if start >= held])
+        if base:
+            files, read_as = self._parse_segment(base, data[base], expected_start=0)
         for start, key in segments:
             if start < len(files):
                 continue  # held already, in the view or inside the base
-            segment_files, segment_read_as = self._read_segment(key, expected_start=len(files))
+            segment_files, segment_read_as = self._parse_segment(key, data[key], expected_start=len(files))
             files += segment_files
             read_as += segment_read_as
         self._files, self._read_as, self._known = files, read_as, {f.path for f in files}
@@ -164,11 +171,20 @@ class FileIndex:
                 return key
         return None
 
-    def _read_segment(self, key: str, expected_start: int) -> tuple[list[FileEntry], list[str | None]]:
+    def _read_all(self, keys: list[str]) -> dict[str, bytes]:
+        if len(keys) < 2:
+            return {key: self._read(key) for key in keys}
+        with ThreadPoolExecutor(min(len(keys), _READS_AT_ONCE), thread_name_prefix="file-index-read") as pool:
+            return dict(zip(keys, pool.map(self._read, keys), strict=True))
+
+    def _read(self, key: str) -> bytes:
         try:
-            data = self._storage.read(key)
+            return self._storage.read(key)
         except NotFound:
             raise _Vanished() from None
+
+    @staticmethod
+    def _parse_segment(key: str, data: bytes, expected_start: int) -> tuple[list[FileEntry], list[str | None]]:
         try:
             body = json.loads(data)
             files = [FileEntry(p, int(s), int(m)) for p, s, m in body["files"]]
