@@ -14,12 +14,15 @@ requests a start waits for one after another.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from pathlib import Path
 from typing import IO
 
 from localcluster.procs import free_port
+
+_REQUEST_LINE = re.compile(rb"[A-Z]+ \S+ HTTP/1\.[01](?=\r\n)")
 
 
 class RoundTrips:
@@ -65,8 +68,8 @@ class RoundTrips:
 
         async def requests() -> None:
             while data := await client_in.read(1 << 16):
-                if not asked.is_set() and data[:1].isupper():  # a request's first bytes: its line
-                    sent.append((time.time(), data.split(b"\r\n", 1)[0].decode(errors="replace")))
+                if not asked.is_set() and (line := _REQUEST_LINE.match(data)):  # not a body after a 100-continue
+                    sent.append((time.time(), line.group(0).decode()))
                 asked.set()
                 server_out.write(data)
                 await server_out.drain()

@@ -3,6 +3,7 @@ kept-alive connection waits the delay once, its body is passed whole, and each r
 logged with when it was sent and answered."""
 
 import http.client
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,3 +62,29 @@ def test_each_answer_of_a_kept_alive_connection_waits_one_round_trip(tmp_path: P
     for line in lines:
         sent, answered = (float(t) for t in line.split(" ", 2)[:2])
         assert answered - sent >= DELAY_S
+
+
+def test_a_body_sent_after_a_100_continue_is_not_taken_for_a_request(tmp_path: Path) -> None:
+    """S3A's uploads ask `Expect: 100-continue`: the body follows the interim answer, and
+    a body that starts with capitals (a CSV's header, an LZ4 block) was logged as a request."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    log = tmp_path / "round-trips.log"
+    proxy = RoundTrips(server.server_address[1], 0.0, log)
+    body = b"LZ4Block,KEY\r\nA,1\r\n" * 100
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
+            client.sendall(b"PUT /bucket/d HTTP/1.1\r\nHost: s3\r\nExpect: 100-continue\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body))
+            assert client.recv(1 << 16).startswith(b"HTTP/1.1 100")
+            client.sendall(body)
+            answer = b""
+            while len(answer) < len(body) or b"\r\n\r\n" not in answer:
+                answer += client.recv(1 << 16)
+            while len(answer.split(b"\r\n\r\n", 1)[1]) < len(body):
+                answer += client.recv(1 << 16)
+    finally:
+        proxy.stop()
+        server.shutdown()
+    assert answer.split(b"\r\n\r\n", 1)[1] == body
+    assert [line.split(" ", 2)[2] for line in log.read_text().splitlines()] == ["PUT /bucket/d HTTP/1.1"]
