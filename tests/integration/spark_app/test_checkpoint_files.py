@@ -227,6 +227,20 @@ def test_a_file_written_over_between_its_existence_check_and_its_open_is_never_r
     assert "RemoteFileChangedException" in str(changed.value.java_exception), changed.value
 
 
+def test_a_file_this_manager_writes_over_after_its_existence_check_is_read_anew(spark: SparkSession,
+                                                                               s3_server: S3Server) -> None:
+    """Spark's checksum manager asks whether a state store file exists before it writes the
+    file over (a batch run again): what that check saw is gone once the write closes."""
+    checkpoint = Checkpoint(spark, s3_server, s3_server.endpoint_url)
+    key = "state/checkpoints/q/state/0/0/2.changelog"
+    checkpoint.s3.put_object(Bucket=checkpoint.bucket, Key=key, Body=b"the first attempt's")
+    path = checkpoint.path(key)
+    assert checkpoint.manager.exists(path)
+    checkpoint.written(key, b"the second attempt's, longer", overwrite=True).close()
+    read = checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(checkpoint.manager.open(path))
+    assert bytes(read) == b"the second attempt's, longer"
+
+
 def test_a_querys_checkpoint_managers_share_the_drivers_one_s3_file_system(spark: SparkSession,
                                                                           s3_server: S3Server) -> None:
     """Hadoop's cached file system, not one per manager: a resumed driver had eight S3A file

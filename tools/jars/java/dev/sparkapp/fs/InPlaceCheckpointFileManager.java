@@ -56,9 +56,10 @@ import org.slf4j.LoggerFactory;
  * The open may come from another thread (Spark's checksum manager opens a file and its
  * checksum on threads of its own), so the statuses are kept by path. S3A reads the file
  * only if the object is still the one that status describes (its ETag); one written over
- * meanwhile fails the read, as it would between S3A's own status request and its read.
+ * meanwhile fails the read, as it would between S3A's own status request and its read; one
+ * this manager writes or deletes is forgotten, so its next open asks again.
  * </ul>
- * The other operations (list, mkdirs, delete) are Spark's
+ * The other operations (list, mkdirs) and deleting itself are Spark's
  * {@code FileSystemBasedCheckpointFileManager}'s.
  */
 public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileManager {
@@ -128,6 +129,12 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
     }
 
     @Override
+    public void delete(Path path) {
+        found.remove(path);
+        super.delete(path);
+    }
+
+    @Override
     public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
         // FileSystem.createFile returns a raw builder, whose build() is typed Object.
         try {
@@ -177,6 +184,7 @@ public class InPlaceCheckpointFileManager extends FileSystemBasedCheckpointFileM
                 return;
             }
             ended = true;
+            found.remove(path);  // whatever exists saw of the file is about to be replaced
             try {
                 out.close();
             } catch (IOException e) {
