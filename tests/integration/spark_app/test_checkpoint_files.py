@@ -47,6 +47,32 @@ def outage(s3_server: S3Server, tmp_path: Path) -> Iterator[Outage]:
     proxy.stop()
 
 
+class Logged:
+    """The S3 server behind a proxy that logs each request's line, with no delay."""
+
+    def __init__(self, s3_server: S3Server, log: Path) -> None:
+        self._log = log
+        self._proxy = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, log)
+        self.endpoint = self._proxy.endpoint
+
+    def count(self) -> int:
+        return len(self._log.read_text().splitlines())
+
+    def since(self, count: int) -> list[str]:
+        """The request lines after the first ``count``."""
+        return [line.split(" ", 2)[2] for line in self._log.read_text().splitlines()[count:]]
+
+    def stop(self) -> None:
+        self._proxy.stop()
+
+
+@pytest.fixture
+def logged(s3_server: S3Server, tmp_path: Path) -> Iterator[Logged]:
+    proxy = Logged(s3_server, tmp_path / "requests.log")
+    yield proxy
+    proxy.stop()
+
+
 class Checkpoint:
     """A query checkpoint's folder in a bucket of its own, its manager made as Spark makes
     one, with the Hadoop settings of a driver whose state is on S3 behind ``endpoint``."""
@@ -79,16 +105,15 @@ class Checkpoint:
         stream.write(bytearray(data))
         return stream
 
+    def read_whole(self, stream: Any) -> bytes:
+        """What a stream the manager opened holds, to its end."""
+        return bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+
     def read(self, key: str) -> bytes | None:
         try:
             return bytes(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
         except self.s3.exceptions.NoSuchKey:
             return None
-
-
-def requests_of(log: Path, since: int) -> list[str]:
-    """The request lines a logging proxy saw after its first ``since``."""
-    return [line.split(" ", 2)[2] for line in log.read_text().splitlines()[since:]]
 
 
 def test_a_checkpoint_file_whose_upload_fails_fails_its_writer(spark: SparkSession, s3_server: S3Server,
@@ -143,71 +168,51 @@ def test_a_checkpoint_file_appears_whole_when_closed_and_never_when_cancelled(sp
 
 
 def test_a_state_store_file_is_written_over_in_one_request(spark: SparkSession, s3_server: S3Server,
-                                                          tmp_path: Path) -> None:
+                                                          logged: Logged) -> None:
     """A state store's changelog, snapshot and checksum files are written over whatever is
     there, every batch; S3A listed each path first (a file must not go over a directory),
     a round trip of every write that Spark's file names never need. Seen through a proxy
     that logs every request."""
-    requests = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, tmp_path / "requests.log")
-    try:
-        checkpoint = Checkpoint(spark, s3_server, requests.endpoint)
-        log = tmp_path / "requests.log"
-        before = len(log.read_text().splitlines())
-        checkpoint.written("state/checkpoints/q/state/0/0/2.changelog", b"changes", overwrite=True).close()
-        written = requests_of(log, before)
-    finally:
-        requests.stop()
-    assert written == [f"PUT /{checkpoint.bucket}/state/checkpoints/q/state/0/0/2.changelog HTTP/1.1"]
+    checkpoint = Checkpoint(spark, s3_server, logged.endpoint)
+    before = logged.count()
+    checkpoint.written("state/checkpoints/q/state/0/0/2.changelog", b"changes", overwrite=True).close()
+    assert logged.since(before) == [f"PUT /{checkpoint.bucket}/state/checkpoints/q/state/0/0/2.changelog HTTP/1.1"]
     assert checkpoint.read("state/checkpoints/q/state/0/0/2.changelog") == b"changes"
 
 
 def test_a_file_found_is_opened_with_the_status_its_existence_check_got(spark: SparkSession, s3_server: S3Server,
-                                                                        tmp_path: Path) -> None:
+                                                                        logged: Logged) -> None:
     """Spark asks whether a metadata log's or a state store's file exists, then opens it;
     S3A asked for the file's status again to open it, a round trip of every such file as a
     query resumes."""
-    log = tmp_path / "requests.log"
-    requests = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, log)
-    try:
-        checkpoint = Checkpoint(spark, s3_server, requests.endpoint)
-        checkpoint.s3.put_object(Bucket=checkpoint.bucket, Key="state/checkpoints/q/offsets/7", Body=b"v1\n{}")
-        before = len(log.read_text().splitlines())
-        path = checkpoint.path("state/checkpoints/q/offsets/7")
-        assert checkpoint.manager.exists(path)
-        read = bytes(checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(checkpoint.manager.open(path)))
-        seen = requests_of(log, before)
-    finally:
-        requests.stop()
-    assert read == b"v1\n{}"
+    checkpoint = Checkpoint(spark, s3_server, logged.endpoint)
+    checkpoint.s3.put_object(Bucket=checkpoint.bucket, Key="state/checkpoints/q/offsets/7", Body=b"v1\n{}")
+    before = logged.count()
+    path = checkpoint.path("state/checkpoints/q/offsets/7")
+    assert checkpoint.manager.exists(path)
+    assert checkpoint.read_whole(checkpoint.manager.open(path)) == b"v1\n{}"
     key = f"/{checkpoint.bucket}/state/checkpoints/q/offsets/7"
-    assert seen == [f"HEAD {key} HTTP/1.1", f"GET {key} HTTP/1.1"]
+    assert logged.since(before) == [f"HEAD {key} HTTP/1.1", f"GET {key} HTTP/1.1"]
 
 
 def test_a_state_store_file_found_is_opened_with_that_status_from_the_checksum_managers_threads(
-        spark: SparkSession, s3_server: S3Server, tmp_path: Path) -> None:
+        spark: SparkSession, s3_server: S3Server, logged: Logged) -> None:
     """A state store's files go through Spark's checksum manager, which opens a file and its
     checksum on threads of its own, not the thread that asked whether the file exists."""
-    log = tmp_path / "requests.log"
-    requests = RoundTrips(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 0.0, log)
-    try:
-        checkpoint = Checkpoint(spark, s3_server, requests.endpoint)
-        checksums = getattr(checkpoint.jvm, f"{CHECKPOINTING}.ChecksumCheckpointFileManager")(
-            checkpoint.manager, True, 4, True)
-        path = checkpoint.path("state/checkpoints/q/state/0/0/6.zip")
-        stream = checksums.createAtomic(path, True)
-        stream.write(bytearray(b"a snapshot"))
-        stream.close()
-        before = len(log.read_text().splitlines())
-        assert checksums.exists(path)
-        opened = checksums.open(path)
-        read = bytes(checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(opened))
-        opened.close()  # verifies the checksum
-        seen = sorted(requests_of(log, before))
-    finally:
-        requests.stop()
-    assert read == b"a snapshot"
+    checkpoint = Checkpoint(spark, s3_server, logged.endpoint)
+    checksums = getattr(checkpoint.jvm, f"{CHECKPOINTING}.ChecksumCheckpointFileManager")(
+        checkpoint.manager, True, 4, True)
+    path = checkpoint.path("state/checkpoints/q/state/0/0/6.zip")
+    stream = checksums.createAtomic(path, True)
+    stream.write(bytearray(b"a snapshot"))
+    stream.close()
+    before = logged.count()
+    assert checksums.exists(path)
+    opened = checksums.open(path)
+    assert checkpoint.read_whole(opened) == b"a snapshot"
+    opened.close()  # verifies the checksum
     key = f"/{checkpoint.bucket}/state/checkpoints/q/state/0/0/6.zip"
-    assert seen == sorted([f"HEAD {key} HTTP/1.1", f"GET {key} HTTP/1.1",
+    assert sorted(logged.since(before)) == sorted([f"HEAD {key} HTTP/1.1", f"GET {key} HTTP/1.1",
                            f"HEAD {key}.crc HTTP/1.1", f"GET {key}.crc HTTP/1.1"])
 
 
@@ -223,7 +228,7 @@ def test_a_file_written_over_between_its_existence_check_and_its_open_is_never_r
     assert checkpoint.manager.exists(path)
     checkpoint.s3.put_object(Bucket=checkpoint.bucket, Key=key, Body=b"second, and longer")
     with pytest.raises(Py4JJavaError) as changed:
-        checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(checkpoint.manager.open(path))
+        checkpoint.read_whole(checkpoint.manager.open(path))
     assert "RemoteFileChangedException" in str(changed.value.java_exception), changed.value
 
 
@@ -237,8 +242,7 @@ def test_a_file_this_manager_writes_over_after_its_existence_check_is_read_anew(
     path = checkpoint.path(key)
     assert checkpoint.manager.exists(path)
     checkpoint.written(key, b"the second attempt's, longer", overwrite=True).close()
-    read = checkpoint.jvm.org.apache.commons.io.IOUtils.toByteArray(checkpoint.manager.open(path))
-    assert bytes(read) == b"the second attempt's, longer"
+    assert checkpoint.read_whole(checkpoint.manager.open(path)) == b"the second attempt's, longer"
 
 
 def test_a_querys_checkpoint_managers_share_the_drivers_one_s3_file_system(spark: SparkSession,
