@@ -23,15 +23,17 @@ SPARK_CONF = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.dr
 def start_up_conf() -> dict[str, str]:
     """What spark_app's session adds for itself, for a baseline driver to get the same: the
     jars folder (Delta, hadoop-aws, the Kafka connector) on the class path, the JVM's
-    recorded class archive (empty when none is recorded) and RocksDB's unpacked library."""
-    from spark_app.runtime.jvm import class_archive
+    recorded class archive (empty when none is recorded), the compiler directives for its
+    start-up-only code and RocksDB's unpacked library."""
+    from spark_app.runtime.jvm import class_archive, start_up_methods
     from spark_app.runtime.jvm.jars import jars_dir
 
     jars = jars_dir()
     archive = class_archive.archive_path(jars)
     libraries = class_archive.library_path(archive)
     return {"spark.driver.extraClassPath": os.path.join(jars, "*"),
-            "spark.driver.defaultJavaOptions": class_archive.java_options(archive),
+            "spark.driver.defaultJavaOptions": " ".join(filter(None, (class_archive.java_options(archive),
+                                                                      start_up_methods.java_options()))),
             **({"spark.driver.extraLibraryPath": libraries} if libraries else {})}
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from spark_app import contract
 from spark_app.runtime import scratch
-from spark_app.runtime.jvm import class_archive
+from spark_app.runtime.jvm import class_archive, start_up_methods
 from spark_app.runtime.jvm.conf import initial_conf
 from spark_app.runtime.jvm.jars import jars_dir, spark_home
 from spark_app.runtime.jvm.worker_python import worker_python
@@ -97,6 +97,7 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
     archive = class_archive.archive_path(jars)  # a hash of the JVM and the jars: once
     _put_ahead(settings, JAVA_OPTIONS, " ".join(filter(None, (class_archive.java_options(archive),
+                                                              start_up_methods.java_options(),
                                                               f"-Djava.io.tmpdir={jvm_tmp}"))), " ")
     # RocksDB's library from the folder unpacked once (native_library), ahead of the user's.
     libraries = class_archive.library_path(archive)

@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType
 
 from bench.resume.round_trips import RoundTrips
 from spark_app.persistence import Backend
-from spark_app.runtime.jvm import class_archive, metadata_warm_up
+from spark_app.runtime.jvm import class_archive, metadata_warm_up, start_up_methods
 from spark_app.runtime.jvm.conf import spark_conf
 from spark_app.runtime.jvm.jars import jars_dir
 from spark_app.runtime.jvm.session import build_session
@@ -217,6 +217,20 @@ def test_the_driver_jvm_maps_the_class_archive_recorded_for_its_jvm_and_jars(spa
     check = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", classpath, "-version"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+def test_the_driver_jvm_keeps_its_start_up_only_methods_from_c2(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:CompilerDirectivesFile={start_up_methods.DIRECTIVES}" in arguments
+    # The directives in force, as the JVM lists them.
+    jcmd = os.path.join(jvm.java.lang.System.getProperty("java.home"), "bin", "jcmd")
+    printed = subprocess.run([jcmd, str(jvm.java.lang.ProcessHandle.current().pid()), "Compiler.directives_print"],
+                             capture_output=True, text=True, check=True).stdout
+    matched = next(line for line in printed.splitlines() if line.strip().startswith("matching:"))
+    listed = json.loads(start_up_methods.DIRECTIVES.read_text())[0]["match"]
+    assert sorted(m.strip() for m in matched.split(":", 1)[1].split(",")) == sorted(listed)
+    assert "Exclude:true" in printed.split("c2 directives:", 1)[1].split("Directive:", 1)[0]
 
 
 def test_the_driver_jvm_loads_rocksdbs_library_from_the_folder_unpacked_once(spark: SparkSession) -> None:

@@ -4,6 +4,8 @@ where a process is needed)."""
 
 from __future__ import annotations
 
+import json
+import re
 import struct
 import subprocess
 from collections.abc import Iterator
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_app.runtime.jvm import launch
+from spark_app.runtime.jvm import launch, start_up_methods
 from spark_app.runtime.jvm.jars import spark_home
 
 
@@ -64,10 +66,30 @@ def test_the_gateways_connection_info_is_read_as_the_jvm_writes_it() -> None:
 def test_a_new_jvm_gets_its_own_folders_and_java_options_ahead_of_the_users(jars: Path) -> None:
     prepared = launch.prepare({"spark.driver.defaultJavaOptions": "-Dmine=1", "spark.master": "local[1]"}, new_jvm=True)
     options = prepared.settings["spark.driver.defaultJavaOptions"].split()
-    assert options[-1] == "-Dmine=1" and options[0].startswith("-Djava.io.tmpdir=")
-    assert Path(options[0].removeprefix("-Djava.io.tmpdir=")).is_dir()
+    assert options[-1] == "-Dmine=1" and options[-2].startswith("-Djava.io.tmpdir=")
+    assert Path(options[-2].removeprefix("-Djava.io.tmpdir=")).is_dir()
     assert prepared.settings["spark.driver.extraClassPath"] == f"{jars}/*"
     assert Path(prepared.environment["SPARK_LOCAL_DIRS"]).is_dir()
+
+
+def test_a_new_jvm_keeps_its_start_up_only_methods_from_c2(jars: Path) -> None:
+    options = launch.prepare({}, new_jvm=True).settings["spark.driver.defaultJavaOptions"].split()
+    directives = f"-XX:CompilerDirectivesFile={start_up_methods.DIRECTIVES}"
+    # HotSpot reads a directives file only with diagnostic options unlocked before it.
+    assert directives in options and "-XX:+UnlockDiagnosticVMOptions" in options[:options.index(directives)]
+
+
+def test_a_missing_directives_file_gives_no_option_the_jvm_would_refuse_to_start_with(tmp_path: Path) -> None:
+    assert start_up_methods.java_options(tmp_path / "start_up_methods.json") == ""
+
+
+def test_the_directives_name_methods_as_hotspot_matches_them_and_exclude_c2_alone() -> None:
+    directives = json.loads(start_up_methods.DIRECTIVES.read_text())
+    assert [set(d) for d in directives] == [{"match", "c2"}] and directives[0]["c2"] == {"Exclude": True}
+    # HotSpot's pattern: a class path with slashes, a dot, a method; a star only at either
+    # end of each (a pattern it cannot parse stops the JVM from starting).
+    pattern = re.compile(r"^\*?[\w/$]+\*?\.(\*|<?\w+>?)$")
+    assert [m for m in directives[0]["match"] if not pattern.match(m)] == []
 
 
 def test_a_session_on_a_running_jvm_gets_no_jvm_options_or_folders(jars: Path) -> None:
