@@ -441,13 +441,13 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
     try:
         tail = Tail(case.output)
         warm = write_marker(case)
-        _wait(lambda: tail.has(warm), process, log, 600)
+        wait_for(lambda: tail.has(warm), process, log, 600)
         latencies = []
         ended = time.monotonic() + seconds
         while time.monotonic() < ended:  # one file of 1,000 updates a second
             began = time.monotonic()
             marker = write_marker(case, [f"k{rng.randrange(keys):09d}" for _ in range(999)])
-            _wait(lambda m=marker: tail.has(m), process, log, 120)
+            wait_for(lambda m=marker: tail.has(m), process, log, 120)
             latencies.append(time.monotonic() - began)
             time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
         backlog_rows = 0
@@ -455,7 +455,7 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
         for _ in range(20):  # a backlog: 20 files of 50,000 updates, written at once
             marker = write_marker(case, [f"k{rng.randrange(keys):09d}" for _ in range(49_999)])
             backlog_rows += 50_000
-        _wait(lambda: tail.has(marker), process, log, 1200)
+        wait_for(lambda: tail.has(marker), process, log, 1200)
         throughput = backlog_rows / (time.monotonic() - began)
         time.sleep(rng.uniform(0, interval_s) if kill_after_s is None else kill_after_s)
         kill_driver(process)
@@ -476,7 +476,7 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
     return result
 
 
-def _wait(condition: Any, process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+def wait_for(condition: Any, process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if process.poll() is not None:
