@@ -449,7 +449,10 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
             marker = write_marker(case, [f"k{rng.randrange(keys):09d}" for _ in range(999)])
             wait_for(lambda m=marker: tail.has(m), process, log, 120)
             latencies.append(time.monotonic() - began)
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
+            # About one a second, at a random phase to the 200 ms trigger (which Spark keeps
+            # to the clock), rather than each file at the moment of the trigger the last
+            # one landed at.
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - began)) + rng.uniform(0.0, 0.2))
         backlog_rows = 0
         began = time.monotonic()
         for _ in range(20):  # a backlog: 20 files of 50,000 updates, written at once
@@ -483,7 +486,8 @@ def wait_for(condition: Any, process: subprocess.Popen[bytes], log: Path, timeou
             raise SystemExit(f"the driver exited with code {process.returncode}; see {log}")
         if time.monotonic() > deadline:
             raise SystemExit(f"no output within {timeout} s; see {log}")
-        time.sleep(0.05)
+        # A latency is rounded up to this: at 50 ms a file's latency came in steps of 50 ms.
+        time.sleep(0.01)
 
 
 def _split(run: dict[str, Any]) -> str:
