@@ -25,15 +25,14 @@ def start_up_conf() -> dict[str, str]:
     jars folder (Delta, hadoop-aws, the Kafka connector) on the class path, the JVM's
     recorded class archive (empty when none is recorded), the compiler directives for its
     start-up-only code and RocksDB's unpacked library."""
-    from spark_app.runtime.jvm import class_archive, start_up_methods
+    from spark_app.runtime.jvm import class_archive, launch
     from spark_app.runtime.jvm.jars import jars_dir
 
     jars = jars_dir()
     archive = class_archive.archive_path(jars)
     libraries = class_archive.library_path(archive)
     return {"spark.driver.extraClassPath": os.path.join(jars, "*"),
-            "spark.driver.defaultJavaOptions": " ".join(filter(None, (class_archive.java_options(archive),
-                                                                      start_up_methods.java_options()))),
+            "spark.driver.defaultJavaOptions": launch.start_up_aids(archive),
             **({"spark.driver.extraLibraryPath": libraries} if libraries else {})}
 
 

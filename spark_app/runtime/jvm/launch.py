@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from spark_app import contract
 from spark_app.runtime import scratch
@@ -96,14 +97,20 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     jvm_tmp = scratch.process_folder("jvm")
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
     archive = class_archive.archive_path(jars)  # a hash of the JVM and the jars: once
-    _put_ahead(settings, JAVA_OPTIONS, " ".join(filter(None, (class_archive.java_options(archive),
-                                                              start_up_methods.java_options(),
-                                                              f"-Djava.io.tmpdir={jvm_tmp}"))), " ")
+    _put_ahead(settings, JAVA_OPTIONS, " ".join(filter(None, (start_up_aids(archive), f"-Djava.io.tmpdir={jvm_tmp}"))),
+               " ")
     # RocksDB's library from the folder unpacked once (native_library), ahead of the user's.
     libraries = class_archive.library_path(archive)
     if libraries is not None:
         _put_ahead(settings, LIBRARY_PATH, libraries, os.pathsep)
     return JvmLaunch(settings, environment)
+
+
+def start_up_aids(archive: Path | None) -> str:
+    """The Java options that make a new driver JVM start sooner: the class archive recorded
+    for it (``class_archive``) and the compiler directives for its start-up-only code
+    (``start_up_methods``). The benchmarks' baselines start with the same."""
+    return " ".join(filter(None, (class_archive.java_options(archive), start_up_methods.java_options())))
 
 
 def _put_ahead(settings: dict[str, str], key: str, ours: str, separator: str) -> None:
