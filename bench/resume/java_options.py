@@ -19,13 +19,11 @@ latency (median, mean, 90th percentile) and throughput, and B over A pair by pai
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +32,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, SPARK_CONF, progress, stop_on_sigterm, write_results  # noqa: E402
-from bench.resume.run import Case, Tail, new_case, run_until_idle, wait_for, write_history, write_marker  # noqa: E402
+from bench.common import SPARK_CONF, progress, stop_on_sigterm, write_results  # noqa: E402
+from bench.resume.run import (  # noqa: E402
+    Case,
+    Tail,
+    new_case,
+    run_until_idle,
+    start_driver,
+    wait_for,
+    write_history,
+    write_marker,
+    write_updates,
+)
 
 SMALL_FILES = 40
 BACKLOG_FILES = 10
@@ -45,30 +53,24 @@ def one_driver(case: Case, label: str, options: str, keys: int, rng: random.Rand
     """A warm driver's small files and backlog, with ``options`` as its extraJavaOptions."""
     conf = {**SPARK_CONF, **({"spark.driver.extraJavaOptions": options} if options else {})}
     log = case.log(f"driver-{label}")
-    env = {"PYTHONUNBUFFERED": "1", "SPARK_APP_SPARK_CONF": json.dumps(conf)}
-    process = subprocess.Popen(case.args(), cwd=REPO, start_new_session=True, stdout=open(log, "wb"),  # noqa: SIM115
-                               stderr=subprocess.STDOUT, env={**os.environ, **env})
+    process = start_driver(case, log, conf=conf)
     try:
         tail = Tail(case.output)
-
-        def fed(updates: int) -> str:
-            return write_marker(case, [f"k{rng.randrange(keys):09d}" for _ in range(updates)])
-
         marker = write_marker(case)
         wait_for(lambda: tail.has(marker), process, log, 600)
         for _ in range(10):
-            marker = fed(999)
+            marker = write_updates(case, rng, keys, 999)
             wait_for(lambda m=marker: tail.has(m), process, log, 120)
         latencies = []
         for _ in range(SMALL_FILES):
             time.sleep(rng.uniform(0.2, 0.6))  # the file lands anywhere in a trigger's 200 ms
             began = time.monotonic()
-            marker = fed(999)
+            marker = write_updates(case, rng, keys, 999)
             wait_for(lambda m=marker: tail.has(m), process, log, 120)
             latencies.append(time.monotonic() - began)
         began = time.monotonic()
         for _ in range(BACKLOG_FILES):
-            marker = fed(49_999)
+            marker = write_updates(case, rng, keys, 49_999)
         wait_for(lambda: tail.has(marker), process, log, 1200)
         throughput = BACKLOG_FILES * 50_000 / (time.monotonic() - began)
     finally:

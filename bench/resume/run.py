@@ -219,6 +219,11 @@ def write_marker(case: Case, rows: list[str] | None = None) -> str:
     return marker
 
 
+def write_updates(case: Case, rng: random.Random, keys: int, updates: int) -> str:
+    """A new file of ``updates`` updates of keys drawn from ``keys``, and its marker."""
+    return write_marker(case, [f"k{rng.randrange(keys):09d}" for _ in range(updates)])
+
+
 def _arrive(folder: Path, name: str, text: str) -> None:
     temporary = folder / f".{name}.tmp"
     temporary.write_text(text)
@@ -264,6 +269,15 @@ def timed_to_marker(case: Case, what: str, marker: str, *extra: str, kill: bool 
     restored = _restored(run.log)
     return {"seconds": run.seconds, "startup": asdict(lines[0]) if lines else None, "output_state": restored,
             "log": str(log.relative_to(log.parents[2]))}
+
+
+def start_driver(case: Case, log: Path, *extra: str, conf: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A driver left running, in a session of its own (for kill_driver), its output in
+    ``log``; ``conf`` in place of the benchmark's SPARK_CONF."""
+    return subprocess.Popen(case.args(*extra), cwd=REPO, start_new_session=True,
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                            env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                 "SPARK_APP_SPARK_CONF": json.dumps(conf or SPARK_CONF)})
 
 
 def run_until_idle(case: Case, what: str, *extra: str) -> float:
@@ -435,9 +449,7 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
     run_until_idle(case, "history", "--snapshot-interval-ms", interval_ms)
     rng = random.Random(11)
     log = case.log("steady")
-    process = subprocess.Popen(case.args("--snapshot-interval-ms", interval_ms), cwd=REPO, start_new_session=True,
-                               stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                               env={**os.environ, "PYTHONUNBUFFERED": "1", "SPARK_APP_SPARK_CONF": json.dumps(SPARK_CONF)})
+    process = start_driver(case, log, "--snapshot-interval-ms", interval_ms)
     try:
         tail = Tail(case.output)
         warm = write_marker(case)
@@ -446,7 +458,7 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
         ended = time.monotonic() + seconds
         while time.monotonic() < ended:  # one file of 1,000 updates a second
             began = time.monotonic()
-            marker = write_marker(case, [f"k{rng.randrange(keys):09d}" for _ in range(999)])
+            marker = write_updates(case, rng, keys, 999)
             wait_for(lambda m=marker: tail.has(m), process, log, 120)
             latencies.append(time.monotonic() - began)
             # About one a second, at a random phase to the 200 ms trigger (which Spark keeps
@@ -456,7 +468,7 @@ def interval_case(work: Path, keys: int, interval_s: float, backend: str, second
         backlog_rows = 0
         began = time.monotonic()
         for _ in range(20):  # a backlog: 20 files of 50,000 updates, written at once
-            marker = write_marker(case, [f"k{rng.randrange(keys):09d}" for _ in range(49_999)])
+            marker = write_updates(case, rng, keys, 49_999)
             backlog_rows += 50_000
         wait_for(lambda: tail.has(marker), process, log, 1200)
         throughput = backlog_rows / (time.monotonic() - began)

@@ -97,8 +97,8 @@ def prepare(conf: Mapping[str, str], new_jvm: bool) -> JvmLaunch:
     jvm_tmp = scratch.process_folder("jvm")
     # Ahead of the user's own options (defaultJavaOptions precede extraJavaOptions).
     archive = class_archive.archive_path(jars)  # a hash of the JVM and the jars: once
-    _put_ahead(settings, JAVA_OPTIONS, " ".join(filter(None, (start_up_aids(archive), f"-Djava.io.tmpdir={jvm_tmp}"))),
-               " ")
+    ours = " ".join(filter(None, (start_up_aids(archive), f"-Djava.io.tmpdir={jvm_tmp}")))
+    _put_ahead(settings, JAVA_OPTIONS, ours, " ")
     # RocksDB's library from the folder unpacked once (native_library), ahead of the user's.
     libraries = class_archive.library_path(archive)
     if libraries is not None:
