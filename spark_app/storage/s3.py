@@ -53,6 +53,11 @@ _PART_BYTES = 32 * 2**20
 _TRANSFER_THREADS = 4
 """Parts in flight at once: a download or upload of a large snapshot is bound by the
 round trips of one stream, not by the link."""
+_CONNECTIONS = 32
+"""Connections the process's one client keeps (boto3's default is 10). Every storage of the
+process shares it: a file index's parallel reads beside snapshots going up in parts, the
+lease's renewal and the commit. Beyond its pool urllib3 opens a connection and drops it
+after the request, with a warning."""
 
 
 @dataclass(frozen=True)
@@ -311,6 +316,7 @@ def _new_client(location: S3Location, **credentials: Any) -> tuple[Any, bool]:
         retries={"max_attempts": 3, "mode": "standard"},
         connect_timeout=5,
         read_timeout=30,
+        max_pool_connections=_CONNECTIONS,
     )
     session = boto3.session.Session(**credentials)
     found = session.get_credentials() is not None

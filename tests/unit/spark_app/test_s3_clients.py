@@ -82,3 +82,11 @@ def test_a_forked_child_builds_its_own_client() -> None:
     answer = os.read(read, 1)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+def test_the_shared_client_holds_a_connection_for_each_concurrent_user() -> None:
+    from spark_app.state.file_index import _READS_AT_ONCE
+
+    client = S3Storage(location("p"))._client
+    # A file index's reads, two outputs' snapshots in parts, the lease and the commit at once.
+    assert client.meta.config.max_pool_connections >= _READS_AT_ONCE + 2 * s3._TRANSFER_THREADS + 2
