@@ -52,7 +52,7 @@ def test_keys_of_its_own_get_a_client_of_their_own() -> None:
     assert client_with_keys(location("t"), "other-key", "other-secret", None) is not table
 
 
-def test_a_client_without_credentials_is_not_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+def test_a_client_without_credentials_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
